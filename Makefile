@@ -1,0 +1,33 @@
+# make run  - the whole system (web, worker, beat, sandbox) on embedded PostgreSQL and Redis
+# make test - the test suite against the same embedded services
+# make demo - N deposits through the sandbox with faults on; prints a summary line
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEV := $(BIN)/python -m corridor.devservices
+
+.PHONY: run test demo bench lint clean-devservices
+
+$(STAMP): requirements.txt requirements-dev.txt
+	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) (Python 3.11) on PATH, or run: make PY=python3 ..."; exit 1; }
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(DEV) run -- $(BIN)/python scripts/run_dev.py
+
+test: $(STAMP)
+	$(DEV) run -- $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(DEV) run -- $(BIN)/python manage.py demo $(DEMO_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean-devservices:
+	-$(DEV) down
+	rm -rf .devservices

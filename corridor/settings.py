@@ -1,0 +1,197 @@
+"""Corridor settings: everything from environment variables (django-environ), with
+working local defaults that point at the embedded dev services and the sandbox.
+Every variable is documented in ``.env.example``. Secrets below default to values that
+are only valid against the sandbox."""
+
+from decimal import Decimal
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+_DEV_PG = "postgresql://postgres@127.0.0.1:54329"
+
+SECRET_KEY = env("DJANGO_SECRET_KEY", default="dev-only-not-secret-corridor-django-key-000000")
+DEBUG = env.bool("DJANGO_DEBUG", default=True)
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["*"])
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_celery_beat",
+    "ledger",
+    "anchor",
+    "payouts",
+    "sagas",
+    "sandbox",
+    "sandbox.control",
+    "sandbox.horizon",
+    "sandbox.ap",
+    "sandbox.razorpay",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = env("DJANGO_ROOT_URLCONF", default="corridor.urls")
+WSGI_APPLICATION = "corridor.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {
+    "default": env.db("DATABASE_URL", default=f"{_DEV_PG}/corridor"),
+    # The sandbox's own world (ledger, AP transactions, orders, payouts). Only the
+    # sandbox apps are routed here (sandbox/router.py); Corridor never reads it.
+    "sandbox": env.db("SANDBOX_DATABASE_URL", default=f"{_DEV_PG}/corridor_sandbox"),
+}
+for _db in DATABASES.values():
+    _db.setdefault("CONN_MAX_AGE", 0)
+DATABASES["sandbox"]["TEST"] = {"NAME": DATABASES["sandbox"]["NAME"] + "_test"}
+DATABASE_ROUTERS = ["sandbox.router.SandboxRouter"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = []
+LANGUAGE_CODE = "en"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / ".staticfiles"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
+    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+}
+
+# --- Celery -----------------------------------------------------------------------
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="redis://127.0.0.1:63799/0")
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = "UTC"
+
+# --- External systems (the sandbox by default; real services by configuration) ---
+SANDBOX_URL = env("SANDBOX_URL", default="http://127.0.0.1:8100")
+CORRIDOR_URL = env("CORRIDOR_URL", default="http://127.0.0.1:8000")
+HTTP_TIMEOUT_S = env.float("HTTP_TIMEOUT_S", default=10.0)
+
+HORIZON_URL = env("HORIZON_URL", default=f"{SANDBOX_URL}/horizon")
+STELLAR_NETWORK_PASSPHRASE = env(
+    "STELLAR_NETWORK_PASSPHRASE", default="Test SDF Network ; September 2015"
+)
+# Sandbox-only defaults, derived from fixed seeds (sandbox/keys.py documents them).
+STELLAR_USDC_CODE = env("STELLAR_USDC_CODE", default="USDC")
+STELLAR_USDC_ISSUER = env(
+    "STELLAR_USDC_ISSUER", default="GBRJQ2TQDQ2MNW7NHYI7CLJVZ45CJA3KRXDUGERNVHWUWUFPNTRSXQXL"
+)
+STELLAR_DISTRIBUTION_SECRET = env(
+    "STELLAR_DISTRIBUTION_SECRET",
+    default="SD5OLL3DQ5W4JM3BYCKEMDM6P62RQCCLHZPMSTAOONOL72HYLUS6I2W7",
+)
+# Channel accounts: the source of each release transaction (one in flight per
+# channel). Empty -> the distribution account is its own single channel.
+STELLAR_CHANNEL_SECRETS = env.list("STELLAR_CHANNEL_SECRETS", default=[])
+STELLAR_BASE_FEE = env.int("STELLAR_BASE_FEE", default=100)
+
+AP_PLATFORM_URL = env("AP_PLATFORM_URL", default=f"{SANDBOX_URL}/ap/platform")
+AP_PLATFORM_AUTH_SECRET = env(
+    "AP_PLATFORM_AUTH_SECRET", default="sandbox-platform-secret-0123456789abcdef0123"
+)
+AP_CALLBACK_AUTH_SECRET = env(
+    "AP_CALLBACK_AUTH_SECRET", default="sandbox-callback-secret-0123456789abcdef0123"
+)
+AP_INTERACTIVE_JWT_SECRET = env(
+    "AP_INTERACTIVE_JWT_SECRET", default="sandbox-interactive-secret-0123456789abcdef0"
+)
+AP_MORE_INFO_JWT_SECRET = env(
+    "AP_MORE_INFO_JWT_SECRET", default="sandbox-moreinfo-secret-0123456789abcdef0123"
+)
+AP_JWT_LEEWAY_S = env.int("AP_JWT_LEEWAY_S", default=5)
+AP_FIAT_ASSET = env("AP_FIAT_ASSET", default="iso4217:INR")
+
+RAZORPAY_API_URL = env("RAZORPAY_API_URL", default=f"{SANDBOX_URL}/razorpay")
+RAZORPAY_KEY_ID = env("RAZORPAY_KEY_ID", default="rzp_test_sandbox")
+RAZORPAY_KEY_SECRET = env("RAZORPAY_KEY_SECRET", default="sandbox-razorpay-key-secret")
+RAZORPAY_WEBHOOK_SECRET = env("RAZORPAY_WEBHOOK_SECRET", default="sandbox-razorpay-webhook-secret")
+RAZORPAY_WEBHOOK_PREVIOUS_SECRET = env("RAZORPAY_WEBHOOK_PREVIOUS_SECRET", default="")
+
+# --- Deposit pricing (INR per USDC and fee); the sandbox uses these fixed values ---
+DEPOSIT_RATE_INR_PER_USDC = Decimal(env.str("DEPOSIT_RATE_INR_PER_USDC", default="85.00"))
+DEPOSIT_FEE_PERCENT = Decimal(env.str("DEPOSIT_FEE_PERCENT", default="1.0"))
+DEPOSIT_FEE_FIXED_INR = Decimal(env.str("DEPOSIT_FEE_FIXED_INR", default="10.00"))
+DEPOSIT_MIN_INR = Decimal(env.str("DEPOSIT_MIN_INR", default="100.00"))
+DEPOSIT_MAX_INR = Decimal(env.str("DEPOSIT_MAX_INR", default="500000.00"))
+
+# --- Timing settings (production values are the seeds'; tests run them at ~1 s) ---
+RECONCILER_PERIOD_S = env.float("RECONCILER_PERIOD_S", default=30.0)
+RECONCILER_AGE_S = env.float("RECONCILER_AGE_S", default=25.0)
+RELEASE_MAX_ATTEMPTS = env.int("RELEASE_MAX_ATTEMPTS", default=5)
+# Time bounds of a release envelope: shorter than the reconciler age, so a stuck
+# release is provably dead or landed by the time the reconciler looks at it.
+STELLAR_TX_TIMEOUT_S = env.float("STELLAR_TX_TIMEOUT_S", default=20.0)
+# Grace on top of max_time before a channel whose holder vanished is resynced.
+STELLAR_CHANNEL_GRACE_S = env.float("STELLAR_CHANNEL_GRACE_S", default=5.0)
+RELEASE_RETRY_DELAY_S = env.float("RELEASE_RETRY_DELAY_S", default=2.0)
+AP_NOTIFY_RETRY_DELAY_S = env.float("AP_NOTIFY_RETRY_DELAY_S", default=5.0)
+AP_SWEEP_PERIOD_S = env.float("AP_SWEEP_PERIOD_S", default=30.0)
+ORDER_RECONCILER_PERIOD_S = env.float("ORDER_RECONCILER_PERIOD_S", default=60.0)
+ORDER_RECONCILER_AGE_S = env.float("ORDER_RECONCILER_AGE_S", default=30.0)
+DEPOSIT_EXPIRY_S = env.float("DEPOSIT_EXPIRY_S", default=3600.0)
+DEPOSIT_EXPIRY_PERIOD_S = env.float("DEPOSIT_EXPIRY_PERIOD_S", default=300.0)
+TRUSTLINE_WAIT_S = env.float("TRUSTLINE_WAIT_S", default=86400.0)
+
+# --- Sandbox (python manage.py sandbox) ---
+SANDBOX_LEDGER_CLOSE_S = env.float("SANDBOX_LEDGER_CLOSE_S", default=5.0)
+SANDBOX_EVENT_BACKOFF_START_S = env.float("SANDBOX_EVENT_BACKOFF_START_S", default=1.0)
+SANDBOX_EVENT_BACKOFF_MAX_S = env.float("SANDBOX_EVENT_BACKOFF_MAX_S", default=300.0)
+SANDBOX_WEBHOOK_BACKOFF_S = env.float("SANDBOX_WEBHOOK_BACKOFF_S", default=5.0)
+SANDBOX_SUBMISSION_TIMEOUT_S = env.float("SANDBOX_SUBMISSION_TIMEOUT_S", default=30.0)
+SANDBOX_CALLBACK_URL = env("SANDBOX_CALLBACK_URL", default=f"{CORRIDOR_URL}/callbacks")
+SANDBOX_INTERACTIVE_URL = env(
+    "SANDBOX_INTERACTIVE_URL", default=f"{CORRIDOR_URL}/sep24/interactive"
+)
+SANDBOX_WEBHOOK_URL = env("SANDBOX_WEBHOOK_URL", default=f"{CORRIDOR_URL}/webhooks/razorpay")
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "UNAUTHENTICATED_USER": None,
+}

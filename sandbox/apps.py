@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class Config(AppConfig):
+    """Holds the ``sandbox`` management command; no models."""
+
+    name = "sandbox"
+    label = "sandbox"

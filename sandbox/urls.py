@@ -1,0 +1,22 @@
+import importlib
+
+from django.urls import include, path
+
+from sandbox.control import views
+from sandbox.registry import STANDINS
+
+urlpatterns = [
+    path("sandbox/faults", views.faults_view),
+    path("sandbox/reset", views.reset_view),
+]
+
+# Each stand-in serves under its own prefix once it has a urls.py.
+_PREFIXES = {"sandbox.horizon": "horizon/", "sandbox.ap": "ap/", "sandbox.razorpay": "razorpay/"}
+for _package in STANDINS:
+    try:
+        importlib.import_module(f"{_package}.urls")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{_package}.urls":
+            raise
+        continue
+    urlpatterns.append(path(_PREFIXES[_package], include(f"{_package}.urls")))

@@ -1,0 +1,154 @@
+"""Shared fixtures: the real embedded PostgreSQL (pytest-django's test database), real
+Redis, and the sandbox served over real HTTP by a ``manage.py sandbox`` subprocess.
+
+Timing settings run at about a second here (DESIGN.md §7)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT.parent / "shared" / "reference"
+ARTIFACTS = ROOT / "test-artifacts"
+
+# Tests use Redis database 1 so a `make run` on the same machine keeps db 0.
+if os.environ.get("CELERY_BROKER_URL", "").endswith("/0"):
+    os.environ["CELERY_BROKER_URL"] = os.environ["CELERY_BROKER_URL"][:-2] + "/1"
+
+FAST_TIMINGS = {
+    "RECONCILER_PERIOD_S": 1.0,
+    "RECONCILER_AGE_S": 1.0,
+    "STELLAR_TX_TIMEOUT_S": 3.0,
+    "STELLAR_CHANNEL_GRACE_S": 0.5,
+    "RELEASE_RETRY_DELAY_S": 0.2,
+    "AP_NOTIFY_RETRY_DELAY_S": 0.2,
+    "AP_SWEEP_PERIOD_S": 1.0,
+    "ORDER_RECONCILER_PERIOD_S": 1.0,
+    "ORDER_RECONCILER_AGE_S": 0.5,
+    "DEPOSIT_EXPIRY_S": 2.0,
+    "TRUSTLINE_WAIT_S": 5.0,
+}
+SANDBOX_TIMINGS = {
+    "SANDBOX_LEDGER_CLOSE_S": "0.25",
+    "SANDBOX_EVENT_BACKOFF_START_S": "0.1",
+    "SANDBOX_EVENT_BACKOFF_MAX_S": "0.5",
+    "SANDBOX_WEBHOOK_BACKOFF_S": "0.2",
+    "SANDBOX_SUBMISSION_TIMEOUT_S": "2",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def reference_path(*parts: str) -> Path:
+    """A file of ../shared/reference. Skips with a reason when the folder is absent (a
+    clone outside this workplace); fails instead when CI=true."""
+    path = REFERENCE.joinpath(*parts)
+    if not path.exists():
+        message = f"../shared/reference is not beside this clone ({path} missing)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fast_timings():
+    from django.conf import settings
+
+    for name, value in FAST_TIMINGS.items():
+        setattr(settings, name, value)
+
+
+class Sandbox:
+    """HTTP handle on the sandbox process: its base URL and its control endpoints."""
+
+    def __init__(self, url: str, log_path: Path):
+        self.url = url
+        self.log_path = log_path
+        self.http = httpx.Client(base_url=url, timeout=30)
+
+    def fault(self, name: str, *, times: int | None = None, **params) -> None:
+        response = self.http.post("/sandbox/faults", json={"name": name, "times": times,
+                                                           "params": params})
+        response.raise_for_status()
+
+    def clear_faults(self) -> None:
+        self.http.delete("/sandbox/faults").raise_for_status()
+
+
+@pytest.fixture(scope="session")
+def sandbox(live_server, django_db_blocker) -> Sandbox:
+    """The sandbox, started once per session, posting events and webhooks to the
+    Corridor ``live_server`` (which serves from the test database)."""
+    from django.conf import settings
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    db = settings.DATABASES["sandbox"]
+    sandbox_db_url = (
+        f"postgresql://{db.get('USER') or 'postgres'}@{db.get('HOST')}:{db.get('PORT')}/"
+        f"{db['NAME']}_test"
+    )
+    env = {
+        **os.environ,
+        **SANDBOX_TIMINGS,
+        "SANDBOX_DATABASE_URL": sandbox_db_url,
+        "SANDBOX_URL": url,
+        "CORRIDOR_URL": live_server.url,
+        "SANDBOX_CALLBACK_URL": f"{live_server.url}/callbacks",
+        "SANDBOX_INTERACTIVE_URL": f"{live_server.url}/sep24/interactive",
+        "SANDBOX_WEBHOOK_URL": f"{live_server.url}/webhooks/razorpay",
+    }
+    ARTIFACTS.mkdir(exist_ok=True)
+    log_path = ARTIFACTS / "sandbox.log"
+    log = open(log_path, "w")  # noqa: SIM115 - closed at teardown
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "sandbox", "--addr", f"127.0.0.1:{port}",
+         "--reset"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"sandbox exited early; see {log_path}:\n{log_path.read_text()}")
+        try:
+            if httpx.get(f"{url}/sandbox/faults", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"sandbox did not start; see {log_path}")
+        time.sleep(0.2)
+    settings.SANDBOX_URL = url
+    settings.HORIZON_URL = f"{url}/horizon"
+    settings.AP_PLATFORM_URL = f"{url}/ap/platform"
+    settings.RAZORPAY_API_URL = f"{url}/razorpay"
+    handle = Sandbox(url, log_path)
+    yield handle
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture
+def clean_sandbox(sandbox):
+    """The sandbox with every fault switch off before and after the test."""
+    sandbox.clear_faults()
+    yield sandbox
+    sandbox.clear_faults()
