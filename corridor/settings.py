@@ -75,7 +75,10 @@ DATABASES = {
 }
 for _db in DATABASES.values():
     _db.setdefault("CONN_MAX_AGE", 0)
-DATABASES["sandbox"]["TEST"] = {"NAME": DATABASES["sandbox"]["NAME"] + "_test"}
+# TEST_DB_SUFFIX lets several test runs share one PostgreSQL server side by side.
+_suffix = env("TEST_DB_SUFFIX", default="")
+DATABASES["default"]["TEST"] = {"NAME": "test_" + DATABASES["default"]["NAME"] + _suffix}
+DATABASES["sandbox"]["TEST"] = {"NAME": DATABASES["sandbox"]["NAME"] + "_test" + _suffix}
 DATABASE_ROUTERS = ["sandbox.router.SandboxRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -99,7 +99,7 @@ def sandbox(live_server, django_db_blocker) -> Sandbox:
     db = settings.DATABASES["sandbox"]
     sandbox_db_url = (
         f"postgresql://{db.get('USER') or 'postgres'}@{db.get('HOST')}:{db.get('PORT')}/"
-        f"{db['NAME']}_test"
+        f"{db['TEST']['NAME']}"
     )
     env = {
         **os.environ,
