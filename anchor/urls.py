@@ -1,3 +1,16 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns: list = []
+from anchor import views
+
+app_name = "anchor"
+
+urlpatterns = [
+    path("sep24/interactive", views.interactive, name="interactive"),
+    path("sep24/deposit/<str:transaction_id>", views.deposit, name="deposit"),
+    path("sep24/transaction/<str:transaction_id>", views.transaction_status,
+         name="transaction"),
+    path("callbacks/event", views.ap_event, name="ap_event"),
+    path("callbacks/customer", views.ap_customer, name="ap_customer"),
+    path("webhooks/razorpay/payments", views.razorpay_payments_webhook,
+         name="razorpay_payments_webhook"),
+]

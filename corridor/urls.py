@@ -6,5 +6,5 @@ from corridor import views
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("health/", views.health, name="health"),
-    path("", include("anchor.urls")),
+    path("", include("anchor.urls", namespace="anchor")),
 ]

@@ -1,0 +1,390 @@
+"""The release outbox (transfer-after-commit, DEC-007): DESIGN.md §4 steps 1-6.
+
+1. claim and prepare in one transaction: the ``deposit_releases`` row, a channel
+   account's next sequence under a row lock, the signed envelope, its hash and
+   ``max_time``. Commit.
+2. on a re-drive only: look the stored hash up on Horizon.
+3. submit the stored envelope; a timeout or 5xx re-posts the same envelope later; a
+   new envelope only once the stored one is provably dead (horizon/NOTES.md §2.6).
+4. mark ``submitted``. Commit.
+5. ``notify_onchain_funds_sent`` with the hash; -32600 -> re-read (done only if
+   ``completed`` with our hash); -32603 -> retry the notify later, never the payment.
+6. mark ``completed``. Commit.
+
+The happy path costs three commits. Everything here may run twice at once (a
+worker's task and the reconciler): the unique ``transaction_id`` decides the claim,
+a per-release advisory lock keeps drives apart, and every status change is a
+conditional UPDATE.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from anchor import platform, stellar
+from anchor.crashpoints import crash_point
+from anchor.models import DepositOrder, DepositPayment, DepositRelease
+
+log = logging.getLogger(__name__)
+Status = DepositRelease.Status
+
+# Included-but-failed operation codes that no retry fixes by itself.
+TERMINAL_OP_CODES = {"op_underfunded", "op_no_destination", "op_not_authorized",
+                     "op_line_full", "op_no_issuer", "op_src_no_trust",
+                     "op_src_not_authorized", "op_malformed"}
+
+
+class ReleaseRefused(Exception):
+    """The deposit is not releasable (no captured payment of ours, AP in another
+    state, amounts disagree). Nothing was written."""
+
+
+# --- entry point -------------------------------------------------------------------
+
+def release_start(*, transaction_id: str) -> DepositRelease | None:
+    """Release the USDC of deposit ``transaction_id`` if, and only if, Corridor holds
+    a captured payment for it and AP (re-read now) shows it ``pending_anchor``.
+
+    Returns the release (new or existing), or None when the deposit is waiting for a
+    trustline. Raises ReleaseRefused, platform.PlatformError, stellar.HorizonUnavailable,
+    stellar.NoChannelFree (callers retry these later)."""
+    existing = DepositRelease.objects.filter(transaction_id=transaction_id).first()
+    if existing is not None:
+        return existing
+    payment = DepositPayment.objects.filter(transaction_id=transaction_id).first()
+    if payment is None:
+        raise ReleaseRefused(f"{transaction_id}: no captured payment recorded by Corridor")
+    order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
+    if order is None:
+        raise ReleaseRefused(f"{transaction_id}: no deposit order")
+    ap_tx = platform.get_transaction(transaction_id)
+    if ap_tx is None or ap_tx.get("kind") != "deposit":
+        raise ReleaseRefused(f"{transaction_id}: AP has no such deposit")
+    if ap_tx["status"] != "pending_anchor":
+        raise ReleaseRefused(f"{transaction_id}: AP status is {ap_tx['status']}")
+    _check_ap_amount(ap_tx, order)
+
+    destination = ap_tx.get("destination_account") or ""
+    memo_type = ap_tx.get("memo_type") or "none"
+    memo = ap_tx.get("memo") or ""
+    if destination.startswith("C"):
+        return _claim_for_review(order, destination, memo_type, memo,
+                                 "contract (C...) destination needs a token transfer; not built")
+    trust = stellar.has_trustline(destination, stellar.usdc())
+    if trust is None:
+        return _claim_for_review(order, destination, memo_type, memo,
+                                 "destination account does not exist on Stellar")
+    if trust is False:
+        _request_trust(transaction_id)
+        return None
+    release = release_claim(order=order, destination=destination, memo_type=memo_type,
+                            memo=memo)
+    if release is None:  # someone else claimed it first; they drive it
+        return DepositRelease.objects.get(transaction_id=transaction_id)
+    crash_point("after_claim")
+    return release_drive(release_id=release.pk)
+
+
+def _check_ap_amount(ap_tx: dict, order: DepositOrder) -> None:
+    amount_out = (ap_tx.get("amount_out") or {})
+    asset = f"stellar:{settings.STELLAR_USDC_CODE}:{settings.STELLAR_USDC_ISSUER}"
+    if amount_out.get("asset") != asset:
+        raise ReleaseRefused(f"AP amount_out asset {amount_out.get('asset')} is not {asset}")
+    if Decimal(amount_out.get("amount", "0")) != order.amount_out:
+        raise ReleaseRefused(
+            f"AP amount_out {amount_out.get('amount')} differs from ours {order.amount_out}"
+        )
+
+
+def _request_trust(transaction_id: str) -> None:
+    """AP ``request_trust`` (pending_anchor -> pending_trust); the sweep watches Horizon
+    for the trustline and calls ``notify_trust_set``."""
+    platform.rpc_once("request_trust", {"transaction_id": transaction_id},
+                      reached=lambda tx: tx["status"] == "pending_trust")
+
+
+# --- step 1: claim and prepare ------------------------------------------------------
+
+def _max_time() -> int:
+    return int(timezone.now().timestamp() + settings.STELLAR_TX_TIMEOUT_S)
+
+
+def release_claim(*, order: DepositOrder, destination: str, memo_type: str,
+                  memo: str) -> DepositRelease | None:
+    """Step 1, one transaction: insert the row (``submitting``), lease a channel and
+    its next sequence, build and sign the payment, store envelope, hash, max_time.
+    Returns None when another worker owns the release (unique ``transaction_id``)."""
+    max_time = _max_time()
+    try:
+        with transaction.atomic():
+            channel, sequence = stellar.lease_channel(
+                holder=order.transaction_id, until=stellar.lease_end(max_time))
+            envelope = stellar.build_payment(
+                channel=channel, sequence=sequence, destination=destination,
+                amount=order.amount_out, memo_type=memo_type, memo=memo, max_time=max_time)
+            return DepositRelease.objects.create(
+                transaction_id=order.transaction_id, status=Status.SUBMITTING,
+                destination=destination, asset_code=settings.STELLAR_USDC_CODE,
+                asset_issuer=settings.STELLAR_USDC_ISSUER, amount=order.amount_out,
+                memo=memo, memo_type=memo_type, source_account=channel.public_key,
+                sequence=sequence, envelope_xdr=envelope.to_xdr(),
+                tx_hash=envelope.hash_hex(), max_time=datetime.fromtimestamp(max_time, UTC),
+            )
+    except IntegrityError:
+        return None
+
+
+def _claim_for_review(order: DepositOrder, destination: str, memo_type: str, memo: str,
+                      reason: str) -> DepositRelease:
+    try:
+        with transaction.atomic():
+            return DepositRelease.objects.create(
+                transaction_id=order.transaction_id, status=Status.MANUAL_REVIEW,
+                destination=destination, asset_code=settings.STELLAR_USDC_CODE,
+                asset_issuer=settings.STELLAR_USDC_ISSUER, amount=order.amount_out,
+                memo=memo, memo_type=memo_type, last_error=reason)
+    except IntegrityError:
+        return DepositRelease.objects.get(transaction_id=order.transaction_id)
+
+
+# --- steps 2-6 ---------------------------------------------------------------------
+
+@contextmanager
+def _drive_lock(release_id: int):
+    """Session advisory lock: one drive per release at a time, across processes."""
+    key = zlib.crc32(f"deposit_release:{release_id}".encode())
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        got = cursor.fetchone()[0]
+    try:
+        yield got
+    finally:
+        if got:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
+def release_drive(*, release_id: int, redrive: bool = False) -> DepositRelease:
+    """Steps 2-6 for one release. ``redrive`` (the reconciler, a retry) checks the
+    chain first. Returns the release as it stands afterwards; never raises for an
+    unknown outcome (the row stays open for the reconciler)."""
+    with _drive_lock(release_id) as got:
+        release = DepositRelease.objects.get(pk=release_id)
+        if not got:
+            return release
+        try:
+            return _drive(release, redrive=redrive)
+        except (platform.PlatformError, stellar.HorizonUnavailable) as exc:
+            _note(release, f"{type(exc).__name__}: {exc}")
+            return DepositRelease.objects.get(pk=release_id)
+
+
+def _drive(release: DepositRelease, *, redrive: bool) -> DepositRelease:
+    if release.status in (Status.COMPLETED, Status.MANUAL_REVIEW):
+        return release
+    if release.status == Status.SUBMITTED:
+        return _complete(release)
+    if release.status == Status.FAILED and release.last_error.startswith("op_no_trust"):
+        return _after_no_trust(release)
+
+    if redrive:
+        if not getattr(settings, "RELEASE_CHAIN_CHECK", True):
+            # Test-only switch: what a naive retry does (rebuild without looking).
+            release = _rebuild(release, reason="re-drive without chain check")
+            if release.status == Status.MANUAL_REVIEW:
+                return release
+        else:
+            found = stellar.find_transaction(release.tx_hash)
+            if found is not None:
+                return _landed(release, found)
+            if _envelope_dead(release):
+                release = _rebuild(release, reason="stored envelope is dead")
+                if release.status == Status.MANUAL_REVIEW:
+                    return release
+
+    result = stellar.submit(release.envelope_xdr)
+    crash_point("after_submit")
+    if result.kind == "applied":
+        release = _mark_submitted(release)
+        crash_point("after_mark_submitted")
+        return _complete(release)
+    if result.kind == "unknown":
+        _note(release, f"submit outcome unknown: {result.detail}")
+        return release
+    # 400: included with a failed op, or refused by core before inclusion.
+    found = stellar.find_transaction(release.tx_hash)
+    if found is not None:
+        return _landed(release, found)
+    reason = f"{result.tx_code} {' '.join(result.op_codes)}".strip()
+    if result.tx_code in ("tx_bad_seq", "tx_too_late") and _envelope_dead(release):
+        release = _rebuild(release, reason=f"refused: {reason}")
+        if release.status != Status.MANUAL_REVIEW and not redrive:
+            return _drive(release, redrive=False)
+        return release
+    _set_status(release, Status.FAILED, f"refused: {reason}")
+    return DepositRelease.objects.get(pk=release.pk)
+
+
+def _landed(release: DepositRelease, found: dict) -> DepositRelease:
+    """The stored hash is on chain: adopt it (successful) or settle the failure."""
+    if found.get("successful"):
+        release = _mark_submitted(release)
+        crash_point("after_mark_submitted")
+        return _complete(release)
+    codes = _op_codes(found)
+    if "op_no_trust" in codes:
+        with transaction.atomic():
+            _set_status(release, Status.FAILED, "op_no_trust: waiting for the trustline")
+            stellar.free_channel(address=release.source_account, holder=release.transaction_id)
+        _request_trust(release.transaction_id)
+        return DepositRelease.objects.get(pk=release.pk)
+    with transaction.atomic():
+        _set_status(release, Status.MANUAL_REVIEW,
+                    f"included but failed: {' '.join(codes) or 'tx_failed'}")
+        stellar.free_channel(address=release.source_account, holder=release.transaction_id)
+    return DepositRelease.objects.get(pk=release.pk)
+
+
+def _op_codes(found: dict) -> list[str]:
+    from stellar_sdk import xdr
+
+    try:
+        result = xdr.TransactionResult.from_xdr(found["result_xdr"])
+        names = []
+        for op in result.result.results or []:
+            code = op.tr.payment_result.code if op.tr and op.tr.payment_result else None
+            names.append(_payment_code_name(code))
+        return names
+    except Exception:  # an undecodable result still fails safe: manual review
+        return []
+
+
+def _payment_code_name(code) -> str:
+    if code is None:
+        return "op_unknown"
+    name = code.name.removeprefix("PAYMENT_").lower()
+    return "op_success" if name == "success" else f"op_{name}"
+
+
+def _envelope_dead(release: DepositRelease) -> bool:
+    """Dead-envelope rule (horizon/NOTES.md §2.6 rule 3): hash absent (checked by the
+    caller) and either the channel's sequence moved past ours or Horizon's latest
+    ledger closed after our max_time."""
+    if stellar.account_sequence(release.source_account) >= release.sequence:
+        return True
+    return stellar.latest_ledger_close_time() > release.max_time
+
+
+def _rebuild(release: DepositRelease, *, reason: str) -> DepositRelease:
+    """Replace a provably dead envelope: new sequence, new bounds, new hash; one commit.
+    After RELEASE_MAX_ATTEMPTS the release goes to manual_review instead."""
+    max_time = _max_time()
+    with transaction.atomic():
+        current = DepositRelease.objects.select_for_update().get(pk=release.pk)
+        if current.tx_hash != release.tx_hash or current.status not in DepositRelease.OPEN_STATUSES:
+            return current  # another worker already moved it on
+        stellar.forget_sequence(address=current.source_account, holder=current.transaction_id)
+        if current.attempts >= settings.RELEASE_MAX_ATTEMPTS:
+            current.status = Status.MANUAL_REVIEW
+            current.last_error = f"attempts exhausted ({current.attempts}); last: {reason}"
+            current.save(update_fields=["status", "last_error", "updated_at"])
+            return current
+        channel, sequence = stellar.lease_channel(
+            holder=current.transaction_id, until=stellar.lease_end(max_time), resync=True)
+        envelope = stellar.build_payment(
+            channel=channel, sequence=sequence, destination=current.destination,
+            amount=current.amount, memo_type=current.memo_type, memo=current.memo,
+            max_time=max_time)
+        current.source_account = channel.public_key
+        current.sequence = sequence
+        current.envelope_xdr = envelope.to_xdr()
+        current.tx_hash = envelope.hash_hex()
+        current.max_time = datetime.fromtimestamp(max_time, UTC)
+        current.attempts += 1
+        current.status = Status.SUBMITTING
+        current.last_error = reason
+        current.save()
+        log.info("release %s rebuilt (attempt %s): %s", current.transaction_id,
+                 current.attempts, reason)
+        return current
+
+
+def _mark_submitted(release: DepositRelease) -> DepositRelease:
+    """Step 4: ``submitted``, and the channel is free again. One commit."""
+    with transaction.atomic():
+        DepositRelease.objects.filter(
+            pk=release.pk, tx_hash=release.tx_hash, status__in=DepositRelease.OPEN_STATUSES
+        ).update(status=Status.SUBMITTED, last_error="", updated_at=timezone.now())
+        stellar.free_channel(address=release.source_account, holder=release.transaction_id)
+    release.refresh_from_db()
+    return release
+
+
+def _complete(release: DepositRelease) -> DepositRelease:
+    """Steps 5-6: tell AP the hash, then mark completed."""
+    tx_hash = release.tx_hash
+
+    def reached(tx: dict) -> bool:
+        return tx.get("status") == "completed" and any(
+            st.get("id") == tx_hash for st in tx.get("stellar_transactions") or [])
+
+    try:
+        platform.rpc_once("notify_onchain_funds_sent",
+                          {"transaction_id": release.transaction_id,
+                           "stellar_transaction_id": tx_hash},
+                          reached=reached)
+    except platform.RpcError as exc:
+        if exc.code == platform.INTERNAL_ERROR:
+            # AP's ledger client may not see a fresh hash yet (AP PR #1962): retry the
+            # notify later, never the payment.
+            _note(release, f"notify_onchain_funds_sent: {exc.code} {exc.message}")
+            return DepositRelease.objects.get(pk=release.pk)
+        _set_status(release, Status.MANUAL_REVIEW,
+                    f"AP refused notify_onchain_funds_sent: {exc.code} {exc.message}")
+        return DepositRelease.objects.get(pk=release.pk)
+    crash_point("after_notify")
+    DepositRelease.objects.filter(pk=release.pk, status=Status.SUBMITTED).update(
+        status=Status.COMPLETED, last_error="", updated_at=timezone.now())
+    release.refresh_from_db()
+    return release
+
+
+def _after_no_trust(release: DepositRelease) -> DepositRelease:
+    """A payment that failed with op_no_trust: once the trustline exists and AP is
+    back in pending_anchor, build a new envelope (the failed one used its sequence)."""
+    if not stellar.has_trustline(release.destination, stellar.usdc()):
+        return release
+    ap_tx = platform.get_transaction(release.transaction_id) or {}
+    if ap_tx.get("status") == "pending_trust":
+        platform.rpc_once("notify_trust_set", {"transaction_id": release.transaction_id,
+                                               "success": True},
+                          reached=lambda tx: tx["status"] == "pending_anchor")
+    with transaction.atomic():
+        DepositRelease.objects.filter(pk=release.pk, status=Status.FAILED).update(
+            last_error="trustline set")
+    release.refresh_from_db()
+    release = _rebuild(release, reason="trustline set")
+    if release.status == Status.MANUAL_REVIEW:
+        return release
+    return _drive(release, redrive=False)
+
+
+def _set_status(release: DepositRelease, status: str, error: str) -> None:
+    DepositRelease.objects.filter(pk=release.pk).exclude(
+        status__in=[Status.COMPLETED]).update(status=status, last_error=error[:2000],
+                                              updated_at=timezone.now())
+
+
+def _note(release: DepositRelease, error: str) -> None:
+    """Record why a drive stopped (bumps updated_at: the reconciler looks again after
+    its age threshold)."""
+    DepositRelease.objects.filter(pk=release.pk).update(last_error=error[:2000],
+                                                        updated_at=timezone.now())

@@ -1,0 +1,257 @@
+"""Horizon gateway and the pool of channel (source) accounts.
+
+All Horizon traffic goes through stellar-sdk's ``Server`` with a ``RequestsClient``
+whose automatic retries are off: stellar-sdk 16.x re-POSTs on 504 and timeouts by
+itself and can block for minutes (horizon/NOTES.md §1.1); Corridor's own rules in
+``anchor.releases`` decide every resubmission.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+from stellar_sdk import Account, Asset, Keypair, Server, StrKey, TransactionBuilder
+from stellar_sdk import exceptions as sdk_errors
+from stellar_sdk.client.requests_client import RequestsClient
+from stellar_sdk.transaction_envelope import TransactionEnvelope
+
+from anchor.models import SourceAccount
+
+STROOP = Decimal("0.0000001")
+
+
+class HorizonUnavailable(Exception):
+    """Horizon could not answer (timeout, 5xx, connection): nothing is known."""
+
+
+def server() -> Server:
+    timeout = getattr(settings, "STELLAR_HTTP_TIMEOUT_S", settings.HTTP_TIMEOUT_S)
+    client = RequestsClient(
+        num_retries=0,
+        request_timeout=timeout,
+        post_timeout=getattr(settings, "STELLAR_SUBMIT_TIMEOUT_S", 35.0),
+    )
+    return Server(settings.HORIZON_URL, client=client)
+
+
+def usdc() -> Asset:
+    return Asset(settings.STELLAR_USDC_CODE, settings.STELLAR_USDC_ISSUER)
+
+
+def distribution_keypair() -> Keypair:
+    return Keypair.from_secret(settings.STELLAR_DISTRIBUTION_SECRET)
+
+
+def channel_keypairs() -> dict[str, Keypair]:
+    secrets = settings.STELLAR_CHANNEL_SECRETS or [settings.STELLAR_DISTRIBUTION_SECRET]
+    pairs = [Keypair.from_secret(s) for s in secrets]
+    return {kp.public_key: kp for kp in pairs}
+
+
+def stellar_amount(amount: Decimal) -> str:
+    """Decimal -> the 7-decimal string Stellar wants ("10.5" -> "10.5000000").
+    Raises ValueError for more than 7 decimals (never rounds money silently)."""
+    quantized = amount.quantize(STROOP)
+    if quantized != amount:
+        raise ValueError(f"{amount} has more than 7 decimal places")
+    if quantized <= 0:
+        raise ValueError(f"{amount} is not a positive amount")
+    return format(quantized, "f")
+
+
+# --- reads -----------------------------------------------------------------------
+
+def find_transaction(tx_hash: str) -> dict[str, Any] | None:
+    """``GET /transactions/{hash}``: the resource, or None on 404 (not (yet) ingested)."""
+    try:
+        return server().transactions().transaction(tx_hash).call()
+    except sdk_errors.NotFoundError:
+        return None
+    except (sdk_errors.BaseRequestError, sdk_errors.ConnectionError) as exc:
+        raise HorizonUnavailable(str(exc)) from exc
+
+
+def transaction_payments(tx_hash: str) -> list[dict[str, Any]]:
+    try:
+        page = server().payments().for_transaction(tx_hash).limit(200).call()
+    except (sdk_errors.BaseRequestError, sdk_errors.ConnectionError) as exc:
+        raise HorizonUnavailable(str(exc)) from exc
+    return page["_embedded"]["records"]
+
+
+def load_account(address: str) -> dict[str, Any] | None:
+    try:
+        return server().accounts().account_id(address).call()
+    except sdk_errors.NotFoundError:
+        return None
+    except (sdk_errors.BaseRequestError, sdk_errors.ConnectionError) as exc:
+        raise HorizonUnavailable(str(exc)) from exc
+
+
+def account_sequence(address: str) -> int:
+    account = load_account(address)
+    if account is None:
+        raise HorizonUnavailable(f"source account {address} does not exist on Horizon")
+    return int(account["sequence"])
+
+
+def has_trustline(address: str, asset: Asset) -> bool | None:
+    """True/False for an existing account; None when the account does not exist."""
+    if address.startswith("M"):
+        address = StrKey.decode_muxed_account(address).ed25519
+        address = StrKey.encode_ed25519_public_key(address)
+    account = load_account(address)
+    if account is None:
+        return None
+    for balance in account.get("balances", []):
+        if (balance.get("asset_code") == asset.code
+                and balance.get("asset_issuer") == asset.issuer):
+            return True
+    return False
+
+
+def latest_ledger_close_time() -> datetime:
+    """``history_latest_ledger_closed_at`` from Horizon's root (NOTES §3.2)."""
+    try:
+        root = server().root().call()
+    except (sdk_errors.BaseRequestError, sdk_errors.ConnectionError) as exc:
+        raise HorizonUnavailable(str(exc)) from exc
+    closed_at = root["history_latest_ledger_closed_at"].replace("Z", "+00:00")
+    return datetime.fromisoformat(closed_at).astimezone(UTC)
+
+
+# --- submission ------------------------------------------------------------------
+
+@dataclass
+class SubmitResult:
+    """What one POST /transactions told us.
+
+    kind: ``applied`` (200, successful), ``failed`` (400 transaction_failed: either
+    included with a failed op or refused by core; look the hash up to tell),
+    ``unknown`` (504 / 5xx / timeout / connection error: the envelope may still land).
+    """
+
+    kind: str
+    tx_code: str = ""
+    op_codes: list[str] = field(default_factory=list)
+    detail: str = ""
+
+
+def submit(envelope_xdr: str) -> SubmitResult:
+    """POST the stored envelope once (no SDK retries). Never builds anything new."""
+    try:
+        server().submit_transaction(envelope_xdr, skip_memo_required_check=True)
+        return SubmitResult("applied")
+    except sdk_errors.BadRequestError as exc:
+        codes = (exc.extras or {}).get("result_codes", {})
+        return SubmitResult("failed", tx_code=codes.get("transaction", ""),
+                            op_codes=list(codes.get("operations", []) or []),
+                            detail=f"{exc.status} {exc.title}")
+    except (sdk_errors.BadResponseError, sdk_errors.UnknownRequestError) as exc:
+        return SubmitResult("unknown", detail=f"{exc.status} {exc.title}")
+    except (sdk_errors.ConnectionError, TimeoutError) as exc:
+        return SubmitResult("unknown", detail=f"{type(exc).__name__}: {exc}")
+
+
+def build_payment(*, channel: Keypair, sequence: int, destination: str, amount: Decimal,
+                  memo_type: str, memo: str, max_time: int) -> TransactionEnvelope:
+    """Build and sign one USDC payment, sequence ``sequence`` on ``channel``.
+
+    The payment's source is the distribution account (it holds the USDC); the
+    transaction's source is the channel (it owns the sequence). memo_type is SEP-24's
+    ``text`` | ``id`` (decimal string, up to 2^64-1) | ``hash`` (base64 of 32 bytes) |
+    ``none``. Raises ValueError for a memo or amount Stellar cannot carry."""
+    distribution = distribution_keypair()
+    builder = TransactionBuilder(
+        Account(channel.public_key, sequence - 1),
+        network_passphrase=settings.STELLAR_NETWORK_PASSPHRASE,
+        base_fee=settings.STELLAR_BASE_FEE,
+    )
+    builder.add_time_bounds(0, max_time)
+    if memo_type == "text":
+        builder.add_text_memo(memo)
+    elif memo_type == "id":
+        builder.add_id_memo(int(memo))
+    elif memo_type == "hash":
+        builder.add_hash_memo(base64.b64decode(memo))
+    elif memo_type not in ("none", "", None):
+        raise ValueError(f"unsupported memo_type {memo_type!r}")
+    op_source = None if distribution.public_key == channel.public_key else distribution.public_key
+    builder.append_payment_op(destination, usdc(), stellar_amount(amount), source=op_source)
+    envelope = builder.build()
+    envelope.sign(channel)
+    if op_source:
+        envelope.sign(distribution)
+    return envelope
+
+
+# --- channel pool ------------------------------------------------------------------
+
+class NoChannelFree(Exception):
+    """Every channel account has an envelope in flight; try again shortly."""
+
+
+def ensure_pool() -> None:
+    for address in channel_keypairs():
+        SourceAccount.objects.get_or_create(address=address)
+
+
+def lease_channel(*, holder: str, until: datetime, prefer: str | None = None,
+                  resync: bool = False) -> tuple[Keypair, int]:
+    """Lease a free channel to ``holder`` until ``until`` and hand out its next
+    sequence number. Must run inside the caller's transaction (row lock held until
+    its commit, so two claims can never get the same sequence).
+
+    A channel is free when nobody holds it, or its holder's lease passed (that
+    envelope's time bounds are over: it landed or can never land). After such an
+    expiry, or with ``resync``, the sequence is read from Horizon.
+    Raises NoChannelFree, HorizonUnavailable."""
+    ensure_pool()
+    now = timezone.now()
+    keypairs = channel_keypairs()
+    candidates = SourceAccount.objects.select_for_update(skip_locked=True).filter(
+        address__in=list(keypairs)
+    )
+    chosen = None
+    if prefer:
+        chosen = candidates.filter(address=prefer, leased_by=holder).first()
+    if chosen is None:
+        from django.db.models import Q
+
+        chosen = candidates.filter(Q(leased_by__isnull=True) | Q(leased_until__lt=now)).order_by(
+            "leased_until", "id").first()
+    if chosen is None:
+        raise NoChannelFree("all channel accounts have a transaction in flight")
+    if resync or chosen.sequence is None or chosen.leased_by not in (None, holder):
+        chosen.sequence = account_sequence(chosen.address)
+    sequence = chosen.sequence + 1
+    SourceAccount.objects.filter(pk=chosen.pk).update(
+        sequence=sequence, leased_by=holder, leased_until=until
+    )
+    return keypairs[chosen.address], sequence
+
+
+def free_channel(*, address: str, holder: str) -> None:
+    """End ``holder``'s lease (its envelope landed). In the caller's transaction."""
+    SourceAccount.objects.filter(address=address, leased_by=holder).update(
+        leased_by=None, leased_until=None
+    )
+
+
+def forget_sequence(*, address: str, holder: str) -> None:
+    """The holder's envelope is dead: its sequence was not used; reread on next use."""
+    SourceAccount.objects.filter(address=address, leased_by=holder).update(
+        sequence=None, leased_by=None, leased_until=None
+    )
+
+
+def lease_end(max_time: int) -> datetime:
+    return datetime.fromtimestamp(max_time, UTC) + timedelta(
+        seconds=settings.STELLAR_CHANNEL_GRACE_S
+    )

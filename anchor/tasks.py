@@ -1,0 +1,58 @@
+"""Celery tasks for deposits: thin, id-based, safe to run twice (STYLE.md)."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.conf import settings
+
+from anchor import deposits, platform, reconciler, releases, stellar
+
+log = logging.getLogger(__name__)
+RETRYABLE = (platform.PlatformError, stellar.HorizonUnavailable, stellar.NoChannelFree)
+
+
+@shared_task(bind=True, max_retries=None)
+def deposit_funds_received(self, transaction_id: str) -> None:
+    """After a payment was recorded: tell AP, then release. Retries transport errors;
+    the sweep and the reconciler cover anything that still falls through."""
+    try:
+        deposits.funds_received(transaction_id=transaction_id)
+    except releases.ReleaseRefused as exc:
+        log.info("release of %s not started: %s", transaction_id, exc)
+    except RETRYABLE as exc:
+        raise self.retry(exc=exc, countdown=settings.RELEASE_RETRY_DELAY_S,
+                         max_retries=20) from exc
+
+
+@shared_task(bind=True, max_retries=None)
+def deposit_release(self, transaction_id: str) -> None:
+    """Start (or find) the release of a deposit AP reports in pending_anchor."""
+    try:
+        releases.release_start(transaction_id=transaction_id)
+    except releases.ReleaseRefused as exc:
+        log.info("release of %s not started: %s", transaction_id, exc)
+    except RETRYABLE as exc:
+        raise self.retry(exc=exc, countdown=settings.RELEASE_RETRY_DELAY_S,
+                         max_retries=20) from exc
+
+
+@shared_task
+def reconcile_releases() -> dict:
+    return reconciler.reconcile_releases()
+
+
+@shared_task
+def sweep_ap_deposits() -> dict:
+    return reconciler.sweep_ap_deposits()
+
+
+@shared_task
+def reconcile_orders() -> dict:
+    return reconciler.reconcile_orders()
+
+
+@shared_task
+def expire_abandoned_deposits() -> int:
+    return reconciler.expire_abandoned()

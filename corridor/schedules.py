@@ -1,0 +1,18 @@
+"""The one list of periodic tasks (django-celery-beat rows, made by
+``manage.py setup_periodic_tasks``). Periods are settings (DESIGN.md §7)."""
+
+from django.conf import settings
+
+
+def periodic_tasks() -> list[tuple[str, str, float]]:
+    """(name, task, every seconds)."""
+    return [
+        ("deposit release reconciler", "anchor.tasks.reconcile_releases",
+         settings.RECONCILER_PERIOD_S),
+        ("AP pending_anchor deposit sweep", "anchor.tasks.sweep_ap_deposits",
+         settings.AP_SWEEP_PERIOD_S),
+        ("Razorpay order reconciler", "anchor.tasks.reconcile_orders",
+         settings.ORDER_RECONCILER_PERIOD_S),
+        ("expire abandoned deposits", "anchor.tasks.expire_abandoned_deposits",
+         settings.DEPOSIT_EXPIRY_PERIOD_S),
+    ]

@@ -1,0 +1,118 @@
+"""Bad input at Corridor's doors gets a clear error and changes nothing."""
+
+import hashlib
+import hmac
+import json
+import time
+
+import jwt
+import pytest
+
+from anchor.models import DepositPayment, InboundEvent
+
+
+def _callback_headers(secret, **claims):
+    token = jwt.encode({"iat": int(time.time()), "exp": int(time.time()) + 30, **claims},
+                       secret, algorithm="HS256")
+    return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+
+
+EVENT = {"id": "evt-1", "type": "transaction_status_changed", "timestamp": "2026-11-29T00:00:00Z",
+         "payload": {"transaction": {"id": "tx-1", "kind": "deposit", "status": "incomplete"}}}
+
+
+@pytest.mark.django_db
+def test_event_without_auth_is_refused(client):
+    response = client.post("/callbacks/event", EVENT, content_type="application/json")
+    assert response.status_code == 401
+    assert not InboundEvent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_event_with_a_token_signed_by_another_secret_is_refused(client):
+    headers = _callback_headers("not-the-callback-secret-0123456789abcdef")
+    response = client.post("/callbacks/event", EVENT, content_type="application/json", **headers)
+    assert response.status_code == 401
+    assert not InboundEvent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_event_with_an_expired_token_is_refused(client, settings):
+    headers = _callback_headers(settings.AP_CALLBACK_AUTH_SECRET, exp=int(time.time()) - 60)
+    response = client.post("/callbacks/event", EVENT, content_type="application/json", **headers)
+    assert response.status_code == 401
+
+
+@pytest.mark.django_db
+def test_malformed_event_json_is_a_clear_400(client, settings):
+    headers = _callback_headers(settings.AP_CALLBACK_AUTH_SECRET)
+    response = client.post("/callbacks/event", b"{not json", content_type="application/json",
+                           **headers)
+    assert response.status_code == 400
+    assert "id and type" in response.json()["error"]
+    assert not InboundEvent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_event_types_we_ignore_get_200_once_and_dedupe(client, settings):
+    headers = _callback_headers(settings.AP_CALLBACK_AUTH_SECRET, aud="anything")
+    first = client.post("/callbacks/event", EVENT, content_type="application/json", **headers)
+    second = client.post("/callbacks/event", EVENT, content_type="application/json", **headers)
+    assert (first.status_code, first.json()["outcome"]) == (200, "ignored")
+    assert (second.status_code, second.json()["outcome"]) == (200, "duplicate")
+    assert InboundEvent.objects.filter(source="ap", event_id="evt-1").count() == 1
+
+
+@pytest.mark.django_db
+def test_api_key_auth_is_accepted(client, settings):
+    response = client.post("/callbacks/event", EVENT, content_type="application/json",
+                           HTTP_X_API_KEY=settings.AP_CALLBACK_AUTH_SECRET)
+    assert response.status_code == 200
+
+
+@pytest.mark.django_db
+def test_customer_put_stores_sep9_fields(client, settings):
+    headers = _callback_headers(settings.AP_CALLBACK_AUTH_SECRET)
+    body = {"type": "sep24-customer", "account": "GABC", "memo": "7", "memo_type": "id",
+            "first_name": "Asha", "email_address": "asha@example.com"}
+    response = client.put("/callbacks/customer", json.dumps(body),
+                          content_type="application/json", **headers)
+    assert response.status_code == 200
+    assert response.json()["status"] == "ACCEPTED"
+    from anchor.models import Sep24Customer
+
+    stored = Sep24Customer.objects.get(account="GABC", memo="7")
+    assert stored.fields == {"first_name": "Asha", "email_address": "asha@example.com"}
+
+
+def _signed(body: bytes, secret: str) -> str:
+    return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+@pytest.mark.django_db
+def test_forged_payment_webhook_is_refused_and_changes_nothing(client, settings):
+    body = json.dumps({"event": "payment.captured", "payload": {"payment": {"entity": {
+        "id": "pay_X", "order_id": "order_X", "amount": 100000, "currency": "INR",
+        "status": "captured"}}}}, separators=(",", ":")).encode()
+    response = client.post("/webhooks/razorpay/payments", body, content_type="application/json",
+                           HTTP_X_RAZORPAY_SIGNATURE=_signed(body, "forged-secret"),
+                           HTTP_X_RAZORPAY_EVENT_ID="evt_forged")
+    missing = client.post("/webhooks/razorpay/payments", body, content_type="application/json",
+                          HTTP_X_RAZORPAY_EVENT_ID="evt_forged")
+    assert response.status_code == 400
+    assert missing.status_code == 400
+    assert not InboundEvent.objects.exists()
+    assert not DepositPayment.objects.exists()
+
+
+@pytest.mark.django_db
+def test_signed_webhook_for_an_unknown_order_gets_2xx_and_credits_nothing(client, settings):
+    body = json.dumps({"event": "payment.captured", "payload": {"payment": {"entity": {
+        "id": "pay_Y", "order_id": "order_unknown", "amount": 100000, "currency": "INR",
+        "status": "captured"}}}}, separators=(",", ":")).encode()
+    response = client.post("/webhooks/razorpay/payments", body, content_type="application/json",
+                           HTTP_X_RAZORPAY_SIGNATURE=_signed(body, settings.RAZORPAY_WEBHOOK_SECRET),
+                           HTTP_X_RAZORPAY_EVENT_ID="evt_unknown")
+    assert response.status_code == 200
+    assert response.json()["outcome"] == "unknown_order"
+    assert not DepositPayment.objects.exists()
