@@ -171,8 +171,16 @@ def payment_record(*, payment: dict) -> str:
 
 
 def funds_received(*, transaction_id: str) -> None:
-    """``notify_offchain_funds_received`` for our recorded payment (external id = the
-    Razorpay payment id), once; then start the release."""
+    """``notify_offchain_funds_received`` for our recorded payment, then the release."""
+    notify_funds_received(transaction_id=transaction_id)
+    from anchor import releases
+
+    releases.release_start(transaction_id=transaction_id)
+
+
+def notify_funds_received(*, transaction_id: str) -> None:
+    """``notify_offchain_funds_received`` (external id = the Razorpay payment id), once:
+    AP pending_user_transfer_start -> pending_anchor (NOTES §1.6)."""
     payment = DepositPayment.objects.get(transaction_id=transaction_id)
     if payment.ap_notified_at is None:
         order = DepositOrder.objects.get(transaction_id=transaction_id)
@@ -191,6 +199,3 @@ def funds_received(*, transaction_id: str) -> None:
             and tx["status"] not in ("pending_user_transfer_start", "incomplete"),
         )
         DepositPayment.objects.filter(pk=payment.pk).update(ap_notified_at=timezone.now())
-    from anchor import releases
-
-    releases.release_start(transaction_id=transaction_id)

@@ -110,9 +110,35 @@ def test_signed_webhook_for_an_unknown_order_gets_2xx_and_credits_nothing(client
     body = json.dumps({"event": "payment.captured", "payload": {"payment": {"entity": {
         "id": "pay_Y", "order_id": "order_unknown", "amount": 100000, "currency": "INR",
         "status": "captured"}}}}, separators=(",", ":")).encode()
+    signature = _signed(body, settings.RAZORPAY_WEBHOOK_SECRET)
     response = client.post("/webhooks/razorpay/payments", body, content_type="application/json",
-                           HTTP_X_RAZORPAY_SIGNATURE=_signed(body, settings.RAZORPAY_WEBHOOK_SECRET),
+                           HTTP_X_RAZORPAY_SIGNATURE=signature,
                            HTTP_X_RAZORPAY_EVENT_ID="evt_unknown")
     assert response.status_code == 200
     assert response.json()["outcome"] == "unknown_order"
     assert not DepositPayment.objects.exists()
+
+
+def _interactive_token(secret, transaction_id, **claims):
+    body = {"jti": transaction_id, "sub": "GABC", "exp": int(time.time()) + 600, **claims}
+    return jwt.encode(body, secret, algorithm="HS256")
+
+
+@pytest.mark.parametrize("case", ["expired", "wrong_secret", "other_jti", "missing"])
+@pytest.mark.django_db
+def test_bad_interactive_tokens_get_403_and_open_no_session(client, settings, case):
+    secret = settings.AP_INTERACTIVE_JWT_SECRET
+    token = {
+        "expired": _interactive_token(secret, "tx-1", exp=int(time.time()) - 60),
+        "wrong_secret": _interactive_token("a-sep10-secret-not-the-interactive-one-000",
+                                           "tx-1"),
+        "other_jti": _interactive_token(secret, "tx-2"),
+        "missing": "",
+    }[case]
+
+    response = client.get("/sep24/interactive", {"transaction_id": "tx-1", "token": token})
+
+    assert response.status_code == 403
+    assert b"cannot be used" in response.content
+    assert "sep24" not in client.session
+    assert client.get("/sep24/deposit/tx-1").status_code == 403

@@ -1,0 +1,291 @@
+"""Deposits end to end: the sandbox over real HTTP (Horizon, AP, Razorpay), Corridor's
+live server receiving events and webhooks, worker processes, the real test database.
+
+The safety property is invariant 1 of DESIGN.md §8: at most one on-chain payment per
+deposit, counted on the sandbox's Stellar ledger, and invariant 6: AP ends
+``completed`` with the hash Corridor stored."""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+
+import pytest
+from django.conf import settings
+
+from anchor import deposits, platform, reconciler, releases
+from anchor.models import DepositOrder, DepositPayment, DepositRelease, InboundEvent
+from tests.dbcount import count_write_commits
+from tests.flows import CeleryWorker, Customer, Wallet, horizon, purge_broker, run_manage, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def worker(clean_sandbox):
+    purge_broker()
+    w = CeleryWorker()
+    yield w
+    w.stop()
+    purge_broker()
+
+
+def start_and_pay(sandbox, wallet, amount="1000", *, pay=True, **start):
+    """Wallet starts a deposit, the customer submits the amount and pays."""
+    transaction_id, url = wallet.start_deposit(**start)
+    customer = Customer(sandbox)
+    order_id = customer.submit_amount(url, amount)
+    if pay:
+        customer.pay(order_id)
+    return transaction_id, order_id
+
+
+def paid_deposit(sandbox, wallet, **start) -> str:
+    """A deposit whose payment Corridor recorded and AP knows (pending_anchor), with no
+    release started: the state a worker is in just before the outbox."""
+    purge_broker()
+    transaction_id, _ = start_and_pay(sandbox, wallet, **start)
+    wait_for(lambda: DepositPayment.objects.filter(transaction_id=transaction_id).exists(),
+             what="payment webhook recorded")
+    purge_broker()  # no worker here: we drive the rest ourselves
+    deposits.notify_funds_received(transaction_id=transaction_id)
+    return transaction_id
+
+
+def ap_status(transaction_id):
+    return platform.get_transaction(transaction_id)
+
+
+def settle(transaction_id, *, rounds=15):
+    """Run the reconciler (as beat would) until the release is terminal."""
+    for _ in range(rounds):
+        release = DepositRelease.objects.filter(transaction_id=transaction_id).first()
+        if release and release.status in ("completed", "manual_review"):
+            return release
+        time.sleep(settings.RECONCILER_AGE_S + 0.1)
+        reconciler.reconcile_releases()
+        reconciler.sweep_ap_deposits()
+    return DepositRelease.objects.filter(transaction_id=transaction_id).first()
+
+
+def assert_paid_once(wallet, transaction_id):
+    release = DepositRelease.objects.get(transaction_id=transaction_id)
+    order = DepositOrder.objects.get(transaction_id=transaction_id)
+    payments = wallet.usdc_payments()
+    assert len(payments) == 1, payments
+    assert Decimal(payments[0]["amount"]) == order.amount_out
+    assert payments[0]["asset_issuer"] == settings.STELLAR_USDC_ISSUER
+    assert payments[0]["transaction_hash"] == release.tx_hash
+    ap = ap_status(transaction_id)
+    assert ap["status"] == "completed"
+    assert [st["id"] for st in ap["stellar_transactions"]] == [release.tx_hash]
+    assert release.status == "completed"
+    return release
+
+
+def test_happy_path_from_the_interactive_page_to_ap_completed(worker, clean_sandbox):
+    wallet = Wallet(clean_sandbox)
+
+    transaction_id, _ = start_and_pay(clean_sandbox, wallet, memo="exchange-user-42",
+                                      memo_type="text")
+
+    wait_for(lambda: ap_status(transaction_id)["status"] == "completed", timeout=60,
+             what="AP completed")
+    release = assert_paid_once(wallet, transaction_id)
+    tx = horizon(clean_sandbox).transactions().transaction(release.tx_hash).call()
+    assert (tx["memo_type"], tx["memo"]) == ("text", "exchange-user-42")
+    assert DepositPayment.objects.get(transaction_id=transaction_id).amount_paise == 100000
+    assert ap_status(transaction_id)["external_transaction_id"].startswith("pay_")
+
+
+@pytest.mark.parametrize(("memo_type", "memo"), [
+    ("id", "18446744073709551615"),
+    ("hash", "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="),
+])
+def test_the_wallets_memo_rides_on_the_payment(clean_sandbox, memo_type, memo):
+    wallet = Wallet(clean_sandbox)
+    transaction_id = paid_deposit(clean_sandbox, wallet, memo=memo, memo_type=memo_type)
+
+    release = releases.release_start(transaction_id=transaction_id)
+
+    tx = horizon(clean_sandbox).transactions().transaction(release.tx_hash).call()
+    assert (tx["memo_type"], tx["memo"]) == (memo_type, memo)
+    assert_paid_once(wallet, transaction_id)
+
+
+def test_happy_release_path_costs_three_commits(clean_sandbox):
+    wallet = Wallet(clean_sandbox)
+    transaction_id = paid_deposit(clean_sandbox, wallet)
+
+    with count_write_commits() as counted:
+        release = releases.release_start(transaction_id=transaction_id)
+
+    assert release.status == "completed"
+    assert counted["commits"] == 3
+
+
+@pytest.mark.parametrize("crash_at", ["after_claim", "after_submit", "after_mark_submitted",
+                                      "after_notify"])
+def test_worker_killed_at_each_boundary_pays_once(clean_sandbox, crash_at):
+    wallet = Wallet(clean_sandbox)
+    transaction_id = paid_deposit(clean_sandbox, wallet)
+
+    killed = run_manage("release_deposit", transaction_id, crash_at=crash_at)
+
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert settle(transaction_id).status == "completed"
+    assert_paid_once(wallet, transaction_id)
+
+
+def test_without_the_chain_check_a_killed_worker_pays_twice(clean_sandbox, settings):
+    """The protection switched off once: a re-drive that rebuilds instead of looking
+    for the stored hash on chain pays the customer a second time."""
+    wallet = Wallet(clean_sandbox)
+    transaction_id = paid_deposit(clean_sandbox, wallet)
+    killed = run_manage("release_deposit", transaction_id, crash_at="after_submit")
+    assert killed.returncode == -9
+    settings.RELEASE_CHAIN_CHECK = False
+
+    time.sleep(settings.RECONCILER_AGE_S + 0.1)
+    reconciler.reconcile_releases()
+
+    assert len(wallet.usdc_payments()) == 2
+
+
+def test_horizon_504_after_apply_is_adopted_not_repaid(clean_sandbox):
+    wallet = Wallet(clean_sandbox)
+    transaction_id = paid_deposit(clean_sandbox, wallet)
+    clean_sandbox.fault("horizon.submit_504_after_apply", times=1)
+
+    first = releases.release_start(transaction_id=transaction_id)
+
+    assert first.status == "submitting"
+    assert "unknown" in first.last_error
+    assert settle(transaction_id).status == "completed"
+    assert_paid_once(wallet, transaction_id)
+
+
+def test_ap_32603_on_the_first_notify_retries_the_notify_not_the_payment(clean_sandbox):
+    wallet = Wallet(clean_sandbox)
+    transaction_id = paid_deposit(clean_sandbox, wallet)
+    clean_sandbox.fault("ap.rpc_32603_unindexed_hash", times=1)
+
+    first = releases.release_start(transaction_id=transaction_id)
+
+    assert first.status == "submitted"
+    assert "-32603" in first.last_error
+    assert settle(transaction_id).status == "completed"
+    assert_paid_once(wallet, transaction_id)
+
+
+def test_events_delivered_three_times_and_out_of_order_release_once(worker, clean_sandbox):
+    clean_sandbox.fault("ap.event_duplicate", copies=3)
+    clean_sandbox.fault("ap.event_reorder")
+    wallet = Wallet(clean_sandbox)
+
+    transaction_id, _ = start_and_pay(clean_sandbox, wallet)
+
+    wait_for(lambda: ap_status(transaction_id)["status"] == "completed", timeout=60,
+             what="AP completed")
+    time.sleep(1.0)  # let the redeliveries arrive
+    assert_paid_once(wallet, transaction_id)
+    assert InboundEvent.objects.filter(source="ap").count() >= 3
+
+
+def test_a_lost_event_and_a_lost_task_are_recovered_by_the_sweep(clean_sandbox):
+    wallet = Wallet(clean_sandbox)
+    clean_sandbox.fault("ap.event_lose", times=10)
+    transaction_id = paid_deposit(clean_sandbox, wallet)  # its task purged, events lost
+    assert not DepositRelease.objects.filter(transaction_id=transaction_id).exists()
+
+    counts = reconciler.sweep_ap_deposits()
+
+    assert counts["started"] == 1
+    assert_paid_once(wallet, transaction_id)
+
+
+def test_a_lost_payment_webhook_is_recovered_by_the_order_reconciler(clean_sandbox):
+    wallet = Wallet(clean_sandbox)
+    clean_sandbox.fault("razorpay.webhook_lose", times=1)
+    purge_broker()
+    transaction_id, _ = start_and_pay(clean_sandbox, wallet)
+    time.sleep(settings.ORDER_RECONCILER_AGE_S + 0.5)
+    assert not DepositPayment.objects.filter(transaction_id=transaction_id).exists()
+
+    counts = reconciler.reconcile_orders()
+
+    assert counts == {"recorded": 1}
+    purge_broker()
+    deposits.funds_received(transaction_id=transaction_id)
+    assert_paid_once(wallet, transaction_id)
+
+
+def test_replayed_webhooks_credit_once(worker, clean_sandbox):
+    clean_sandbox.fault("razorpay.webhook_replay", copies=3)
+    wallet = Wallet(clean_sandbox)
+
+    transaction_id, _ = start_and_pay(clean_sandbox, wallet)
+
+    wait_for(lambda: ap_status(transaction_id)["status"] == "completed", timeout=60,
+             what="AP completed")
+    time.sleep(1.0)
+    assert DepositPayment.objects.filter(transaction_id=transaction_id).count() == 1
+    # payment.captured and order.paid, three deliveries each: six receipts, one credit.
+    assert InboundEvent.objects.filter(source="razorpay").count() == 2
+    assert_paid_once(wallet, transaction_id)
+
+
+def test_ap_pending_anchor_without_our_payment_releases_nothing(clean_sandbox):
+    wallet = Wallet(clean_sandbox)
+    transaction_id, _ = start_and_pay(clean_sandbox, wallet, pay=False)
+    # Someone moves AP forward without any INR reaching us.
+    platform.rpc("notify_offchain_funds_received", {
+        "transaction_id": transaction_id, "external_transaction_id": "forged"})
+    assert ap_status(transaction_id)["status"] == "pending_anchor"
+
+    with pytest.raises(releases.ReleaseRefused):
+        releases.release_start(transaction_id=transaction_id)
+    counts = reconciler.sweep_ap_deposits()
+
+    assert counts["started"] == 0
+    assert not DepositRelease.objects.exists()
+    assert wallet.usdc_payments() == []
+
+
+def test_destination_without_a_trustline_waits_for_it(clean_sandbox):
+    wallet = Wallet(clean_sandbox, trust=False)
+    transaction_id = paid_deposit(clean_sandbox, wallet)
+
+    assert releases.release_start(transaction_id=transaction_id) is None
+    assert ap_status(transaction_id)["status"] == "pending_trust"
+    assert reconciler.sweep_ap_deposits()["started"] == 0
+
+    wallet.trust_usdc()
+    counts = reconciler.sweep_ap_deposits()
+
+    assert counts["trust_set"] == 1
+    assert_paid_once(wallet, transaction_id)
+
+
+def test_twenty_concurrent_releases_from_one_source_account(clean_sandbox, settings):
+    assert not settings.STELLAR_CHANNEL_SECRETS  # the distribution account alone
+    wallets, ids = [], []
+    for _ in range(20):
+        wallet = Wallet(clean_sandbox)
+        wallets.append(wallet)
+        ids.append(paid_deposit(clean_sandbox, wallet, amount="500"))
+    from anchor import tasks
+
+    w = CeleryWorker(name="concurrent", concurrency=8)
+    try:
+        for transaction_id in ids:
+            tasks.deposit_release.delay(transaction_id)
+        wait_for(lambda: DepositRelease.objects.filter(status="completed").count() == 20,
+                 timeout=120, what="20 releases completed")
+    finally:
+        w.stop()
+    for wallet, transaction_id in zip(wallets, ids, strict=True):
+        assert_paid_once(wallet, transaction_id)
+    errors = list(DepositRelease.objects.values_list("last_error", flat=True))
+    assert not any("tx_bad_seq" in e for e in errors)
+    assert set(DepositRelease.objects.values_list("attempts", flat=True)) == {1}
