@@ -1,0 +1,266 @@
+"""``manage.py demo [--deposits N]``: the main job on real input, end to end.
+
+Starts what it needs on fresh demo databases (the sandbox, Corridor's web server, Celery
+workers and beat), drives N SEP-24 deposits through the sandbox as a wallet and a paying
+customer would, with faults on (Horizon 504 after the transaction applied, every AP
+event delivered twice, and the first worker SIGKILLed right after it submitted a
+release), waits for the system to settle, stops everything it started and prints a
+summary whose last line is::
+
+    demo: deposits=20 deposits_completed=20 manual_review=0 double_payments=0 \
+        ap_mismatches=0 elapsed_s=41.2   (one line)
+
+``double_payments`` is counted on the sandbox's Stellar ledger (USDC payments received
+per wallet beyond the first), ``ap_mismatches`` compares AP's final state with
+``deposit_releases`` (completed there iff completed with the same hash here).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import psycopg
+from django.conf import settings
+from django.core.management import BaseCommand
+
+ROOT = Path(settings.BASE_DIR)
+LOGS = ROOT / ".devservices" / "demo-logs"
+DEMO_TIMINGS = {
+    "RECONCILER_PERIOD_S": "2", "RECONCILER_AGE_S": "2", "STELLAR_TX_TIMEOUT_S": "6",
+    "STELLAR_CHANNEL_GRACE_S": "1", "RELEASE_RETRY_DELAY_S": "0.5",
+    "AP_NOTIFY_RETRY_DELAY_S": "0.5", "AP_SWEEP_PERIOD_S": "2",
+    "ORDER_RECONCILER_PERIOD_S": "2", "ORDER_RECONCILER_AGE_S": "5",
+    "DEPOSIT_EXPIRY_S": "3600", "SANDBOX_LEDGER_CLOSE_S": "0.5",
+    "SANDBOX_SUBMISSION_TIMEOUT_S": "3", "SANDBOX_EVENT_BACKOFF_START_S": "0.2",
+    "SANDBOX_EVENT_BACKOFF_MAX_S": "2", "SANDBOX_WEBHOOK_BACKOFF_S": "0.5",
+    "STELLAR_SUBMIT_TIMEOUT_S": "10", "LOG_LEVEL": "WARNING",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _recreate_database(url: str) -> None:
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    name = info.pop("dbname")
+    info["dbname"] = "postgres"
+    with psycopg.connect(**info, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def _with_name(url: str, name: str) -> str:
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+class Command(BaseCommand):
+    help = "Drive N deposits through the sandbox with faults on and print a summary line."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--deposits", type=int, default=int(os.environ.get("DEMO_N", 20)))
+        parser.add_argument("--timeout", type=float, default=240.0)
+
+    def handle(self, *args, deposits, timeout, **options):
+        if os.environ.get("CORRIDOR_DEMO_CHILD") != "1":
+            sys.exit(self._orchestrate(deposits, timeout))
+        sys.exit(_Demo(self.stdout, deposits, timeout).run())
+
+    def _orchestrate(self, deposits: int, timeout: float) -> int:
+        """Fresh demo databases, then the demo itself in a child with their URLs."""
+        base = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:54329/corridor"
+        demo_db = _with_name(base, "corridor_demo")
+        sandbox_db = _with_name(base, "corridor_sandbox_demo")
+        _recreate_database(demo_db)
+        _recreate_database(sandbox_db)
+        broker = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:63799/0")
+        env = {**os.environ, **DEMO_TIMINGS, "CORRIDOR_DEMO_CHILD": "1",
+               "DATABASE_URL": demo_db, "SANDBOX_DATABASE_URL": sandbox_db,
+               "CELERY_BROKER_URL": broker.rsplit("/", 1)[0] + "/2"}
+        python = sys.executable
+        subprocess.run([python, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT,
+                       env=env, check=True)
+        return subprocess.call([python, "manage.py", "demo", "--deposits", str(deposits),
+                                "--timeout", str(timeout)], cwd=ROOT, env=env)
+
+
+class _Demo:
+    def __init__(self, stdout, n: int, timeout: float):
+        self.out = stdout
+        self.n = n
+        self.timeout = timeout
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.logs: list = []
+        LOGS.mkdir(parents=True, exist_ok=True)
+
+    def say(self, line: str) -> None:
+        self.out.write(line)
+        self.out.flush()
+
+    def spawn(self, name: str, argv: list[str], **extra_env: str) -> subprocess.Popen:
+        log = open(LOGS / f"{name}.log", "w")  # noqa: SIM115 - closed in stop_all
+        self.logs.append(log)
+        env = {**os.environ, **self.env, **extra_env}
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        for log in self.logs:
+            log.close()
+
+    def run(self) -> int:
+        started = time.monotonic()
+        sandbox_port, web_port = _free_port(), _free_port()
+        sandbox_url = f"http://127.0.0.1:{sandbox_port}"
+        web_url = f"http://127.0.0.1:{web_port}"
+        self.env = {
+            "SANDBOX_URL": sandbox_url, "CORRIDOR_URL": web_url,
+            "HORIZON_URL": f"{sandbox_url}/horizon",
+            "AP_PLATFORM_URL": f"{sandbox_url}/ap/platform",
+            "RAZORPAY_API_URL": f"{sandbox_url}/razorpay",
+            "SANDBOX_CALLBACK_URL": f"{web_url}/callbacks",
+            "SANDBOX_INTERACTIVE_URL": f"{web_url}/sep24/interactive",
+            "SANDBOX_WEBHOOK_URL": f"{web_url}/webhooks/razorpay",
+        }
+        for key, value in self.env.items():
+            setattr(settings, key, value)
+        python = sys.executable
+        try:
+            self.spawn("sandbox", [python, "manage.py", "sandbox", "--addr",
+                                   f"127.0.0.1:{sandbox_port}", "--reset"])
+            subprocess.run([python, "manage.py", "setup_periodic_tasks"], cwd=ROOT,
+                           env={**os.environ, **self.env}, check=True, capture_output=True)
+            self.spawn("web", [python, "-m", "gunicorn", "corridor.wsgi", "--bind",
+                               f"127.0.0.1:{web_port}", "--workers", "2", "--threads", "8"])
+            self.spawn("beat", [python, "-m", "celery", "-A", "corridor", "beat",
+                                "--loglevel", "WARNING", "--scheduler",
+                                "django_celery_beat.schedulers:DatabaseScheduler"])
+            # This worker SIGKILLs itself right after its first Stellar submit.
+            doomed = self.spawn("worker-doomed", self._worker_argv("doomed", 1),
+                                CORRIDOR_CRASH_AT="after_submit")
+            self._wait_http(f"{sandbox_url}/sandbox/faults")
+            self._wait_http(f"{web_url}/health/", ok_codes=(200, 503))
+            sandbox = _SandboxHandle(sandbox_url)
+            sandbox.fault("horizon.submit_504_after_apply", times=2)
+            sandbox.fault("ap.event_duplicate", copies=2)
+            threading.Thread(target=self._replace_doomed, args=(doomed,), daemon=True).start()
+
+            wallets = self._drive(sandbox)
+            self._settle(wallets)
+            line = self._summary(sandbox, wallets, time.monotonic() - started)
+        finally:
+            self.stop_all()
+        self.say(line)
+        return 0
+
+    def _worker_argv(self, name: str, concurrency: int) -> list[str]:
+        return [sys.executable, "-m", "celery", "-A", "corridor", "worker", "--pool", "threads",
+                "--concurrency", str(concurrency), "--loglevel", "WARNING", "-n",
+                f"{name}@demo", "--without-gossip", "--without-mingle"]
+
+    def _replace_doomed(self, doomed: subprocess.Popen) -> None:
+        """Once the doomed worker died (or after a while), start the real workers."""
+        deadline = time.monotonic() + 60
+        while doomed.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.killed = doomed.returncode == -signal.SIGKILL
+        self.spawn("worker-1", self._worker_argv("w1", 4))
+        self.spawn("worker-2", self._worker_argv("w2", 4))
+
+    def _wait_http(self, url: str, ok_codes=(200,)) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url, timeout=2).status_code in ok_codes:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{url} did not come up; see {LOGS}")
+
+    def _drive(self, sandbox) -> dict[str, object]:
+        from sandbox.drivers import Customer, Wallet
+
+        def one(i: int):
+            wallet = Wallet(sandbox)
+            memo = {"memo": f"user-{i}", "memo_type": "text"} if i % 2 else {}
+            transaction_id, url = wallet.start_deposit(**memo)
+            customer = Customer(sandbox)
+            order_id = customer.submit_amount(url, str(500 + 37 * i))
+            customer.pay(order_id)
+            return transaction_id, wallet
+
+        with ThreadPoolExecutor(max_workers=5) as pool:
+            results = list(pool.map(one, range(self.n)))
+        self.say(f"demo: {self.n} deposits paid by customers; waiting for the releases\n")
+        return dict(results)
+
+    def _settle(self, wallets: dict) -> None:
+        from anchor import platform
+        from anchor.models import DepositRelease
+
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            terminal = 0
+            for transaction_id in wallets:
+                ap = platform.get_transaction(transaction_id) or {}
+                review = DepositRelease.objects.filter(transaction_id=transaction_id,
+                                                       status="manual_review").exists()
+                terminal += ap.get("status") == "completed" or review
+            if terminal == len(wallets):
+                time.sleep(2)  # let duplicate deliveries and retries run out
+                return
+            time.sleep(1)
+
+    def _summary(self, sandbox, wallets: dict, elapsed: float) -> str:
+        from anchor import platform
+        from anchor.models import DepositRelease
+
+        completed = mismatches = double = 0
+        for transaction_id, wallet in wallets.items():
+            ap = platform.get_transaction(transaction_id) or {}
+            release = DepositRelease.objects.filter(transaction_id=transaction_id).first()
+            ap_done = ap.get("status") == "completed"
+            completed += ap_done
+            ours_done = release is not None and release.status == "completed"
+            ap_hashes = [st.get("id") for st in ap.get("stellar_transactions") or []]
+            if ap_done != ours_done or (ap_done and ap_hashes != [release.tx_hash]):
+                mismatches += 1
+            double += max(0, len(wallet.usdc_payments()) - 1)
+        review = DepositRelease.objects.filter(status="manual_review").count()
+        killed = "yes" if getattr(self, "killed", False) else "no"
+        self.say(f"demo: worker killed mid-release: {killed}\n")
+        return (f"demo: deposits={len(wallets)} deposits_completed={completed} "
+                f"manual_review={review} double_payments={double} "
+                f"ap_mismatches={mismatches} elapsed_s={elapsed:.1f}\n")
+
+
+class _SandboxHandle:
+    def __init__(self, url: str):
+        self.url = url
+        self.http = httpx.Client(base_url=url, timeout=30)
+
+    def fault(self, name: str, *, times: int | None = None, **params) -> None:
+        self.http.post("/sandbox/faults", json={"name": name, "times": times, "params": params}
+                       ).raise_for_status()
