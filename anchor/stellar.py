@@ -31,11 +31,10 @@ class HorizonUnavailable(Exception):
 
 
 def server() -> Server:
-    timeout = getattr(settings, "STELLAR_HTTP_TIMEOUT_S", settings.HTTP_TIMEOUT_S)
     client = RequestsClient(
         num_retries=0,
-        request_timeout=timeout,
-        post_timeout=getattr(settings, "STELLAR_SUBMIT_TIMEOUT_S", 35.0),
+        request_timeout=settings.HTTP_TIMEOUT_S,
+        post_timeout=settings.STELLAR_SUBMIT_TIMEOUT_S,
     )
     return Server(settings.HORIZON_URL, client=client)
 

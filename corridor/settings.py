@@ -134,6 +134,8 @@ STELLAR_DISTRIBUTION_SECRET = env(
 # channel). Empty -> the distribution account is its own single channel.
 STELLAR_CHANNEL_SECRETS = env.list("STELLAR_CHANNEL_SECRETS", default=[])
 STELLAR_BASE_FEE = env.int("STELLAR_BASE_FEE", default=100)
+# One POST /transactions may wait this long (Horizon's own limit is 30 s).
+STELLAR_SUBMIT_TIMEOUT_S = env.float("STELLAR_SUBMIT_TIMEOUT_S", default=35.0)
 
 AP_PLATFORM_URL = env("AP_PLATFORM_URL", default=f"{SANDBOX_URL}/ap/platform")
 AP_PLATFORM_AUTH_SECRET = env(
@@ -156,6 +158,7 @@ RAZORPAY_KEY_ID = env("RAZORPAY_KEY_ID", default="rzp_test_sandbox")
 RAZORPAY_KEY_SECRET = env("RAZORPAY_KEY_SECRET", default="sandbox-razorpay-key-secret")
 RAZORPAY_WEBHOOK_SECRET = env("RAZORPAY_WEBHOOK_SECRET", default="sandbox-razorpay-webhook-secret")
 RAZORPAY_WEBHOOK_PREVIOUS_SECRET = env("RAZORPAY_WEBHOOK_PREVIOUS_SECRET", default="")
+RAZORPAY_CHECKOUT_URL = env("RAZORPAY_CHECKOUT_URL", default="")
 
 # --- Deposit pricing (INR per USDC and fee); the sandbox uses these fixed values ---
 DEPOSIT_RATE_INR_PER_USDC = Decimal(env.str("DEPOSIT_RATE_INR_PER_USDC", default="85.00"))
@@ -163,6 +166,10 @@ DEPOSIT_FEE_PERCENT = Decimal(env.str("DEPOSIT_FEE_PERCENT", default="1.0"))
 DEPOSIT_FEE_FIXED_INR = Decimal(env.str("DEPOSIT_FEE_FIXED_INR", default="10.00"))
 DEPOSIT_MIN_INR = Decimal(env.str("DEPOSIT_MIN_INR", default="100.00"))
 DEPOSIT_MAX_INR = Decimal(env.str("DEPOSIT_MAX_INR", default="500000.00"))
+
+# Test-only switch: False makes a re-drive rebuild without looking for the stored hash
+# on chain (shows that the chain check is what prevents a second payment).
+RELEASE_CHAIN_CHECK = True
 
 # --- Timing settings (production values are the seeds'; tests run them at ~1 s) ---
 RECONCILER_PERIOD_S = env.float("RECONCILER_PERIOD_S", default=30.0)
