@@ -46,12 +46,20 @@ def _json(response: httpx.Response) -> dict[str, Any]:
 
 def create_order(*, amount_paise: int, currency: str, receipt: str,
                  notes: dict[str, str]) -> dict[str, Any]:
-    """``POST /v1/orders``; receipt <= 40 characters (the AP transaction id)."""
+    """``POST /v1/orders``; receipt <= 40 characters (the AP transaction id), unique.
+    A repeat after a lost answer finds the first order by its receipt instead of
+    failing on "receipt should be unique" (razorpay/NOTES.md §1.1)."""
     try:
         with _client() as client:
-            return _json(client.post("/v1/orders", json={
+            response = client.post("/v1/orders", json={
                 "amount": amount_paise, "currency": currency, "receipt": receipt[:40],
-                "notes": notes}))
+                "notes": notes})
+            if response.status_code == 400 and "receipt" in response.text.lower():
+                found = _json(client.get("/v1/orders", params={"receipt": receipt[:40]}))
+                for order in found.get("items", []):
+                    if order.get("amount") == amount_paise and order.get("currency") == currency:
+                        return order
+            return _json(response)
     except httpx.HTTPError as exc:
         raise RazorpayError(f"create_order: {type(exc).__name__}: {exc}") from exc
 

@@ -1,1 +1,136 @@
+"""State of the Razorpay stand-in (``sandbox`` database, router in sandbox/router.py).
 
+Amounts are integer paise everywhere, as in Razorpay (NOTES §0.1). Unix timestamps
+(``created_at``) are integer seconds, as the API shows them; ``*_ts`` columns are
+timezone-aware datetimes used for ordering and scheduling.
+
+The webhook outbox (``WebhookEvent`` + ``WebhookDelivery``) is shared by pay-in events
+(target ``payments``) and, later, RazorpayX payout events (target ``payouts``).
+"""
+
+from django.db import models
+
+
+class Order(models.Model):
+    """A Razorpay order (docs: ``api/orders/create``; NOTES §1.1).
+
+    status: ``created`` (no attempt yet) -> ``attempted`` (a payment was tried) ->
+    ``paid`` (a payment was captured; final).
+    """
+
+    id = models.CharField(primary_key=True, max_length=40)  # order_ + 14 base62
+    amount = models.BigIntegerField()  # paise
+    amount_paid = models.BigIntegerField(default=0)  # paise
+    currency = models.CharField(max_length=3)
+    receipt = models.CharField(max_length=40, null=True)
+    status = models.CharField(max_length=10, default="created")
+    attempts = models.IntegerField(default=0)
+    notes = models.JSONField(default=list)  # [] when empty, an object otherwise (PHP-style)
+    partial_payment = models.BooleanField(default=False)
+    created_at = models.BigIntegerField()  # unix seconds
+    created_ts = models.DateTimeField()
+
+    class Meta:
+        db_table = "sandbox_razorpay_orders"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["receipt"], condition=models.Q(receipt__isnull=False),
+                name="sandbox_razorpay_order_receipt_unique",
+            )
+        ]
+
+
+class Payment(models.Model):
+    """A payment on an order (docs: ``payments/payments``; NOTES §1.3).
+
+    status: ``captured`` or ``failed`` here (orders auto-capture; ``created`` and
+    ``authorized`` are passed through inside one pay call). A ``failed`` payment with
+    ``late_capture_ts`` set turns ``captured`` at that time (NOTES §5.8).
+    """
+
+    id = models.CharField(primary_key=True, max_length=40)  # pay_ + 14 base62
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="payments")
+    amount = models.BigIntegerField()  # paise
+    currency = models.CharField(max_length=3)
+    status = models.CharField(max_length=12)
+    method = models.CharField(max_length=12)
+    vpa = models.CharField(max_length=100, null=True)
+    bank = models.CharField(max_length=20, null=True)
+    card_id = models.CharField(max_length=40, null=True)
+    email = models.CharField(max_length=200)
+    contact = models.CharField(max_length=20)
+    description = models.CharField(max_length=255, null=True)
+    notes = models.JSONField(default=list)
+    fee = models.BigIntegerField(null=True)  # paise, tax included; null until captured
+    tax = models.BigIntegerField(null=True)  # paise
+    error_code = models.CharField(max_length=40, null=True)
+    error_description = models.CharField(max_length=255, null=True)
+    error_source = models.CharField(max_length=40, null=True)
+    error_step = models.CharField(max_length=40, null=True)
+    error_reason = models.CharField(max_length=60, null=True)
+    acquirer_data = models.JSONField(default=dict)
+    upi = models.JSONField(null=True)
+    created_at = models.BigIntegerField()  # unix seconds
+    created_ts = models.DateTimeField()
+    late_capture_ts = models.DateTimeField(null=True)  # fault payment_failed_then_captured
+    # Fault decisions taken once per payment at pay time, applied to every event of it:
+    # {"lose": bool, "replay": {...} | null, "reorder": bool}.
+    webhook_faults = models.JSONField(default=dict)
+
+    class Meta:
+        db_table = "sandbox_razorpay_payments"
+        indexes = [models.Index(fields=["late_capture_ts"])]
+
+
+class WebhookEvent(models.Model):
+    """One webhook event: its id (``X-Razorpay-Event-Id``) and the exact body bytes.
+
+    The body is serialised once, at creation, and every delivery sends those bytes, so a
+    redelivery is byte-identical (NOTES §1.5).
+    """
+
+    id = models.CharField(primary_key=True, max_length=40)
+    event = models.CharField(max_length=60)  # "payment.captured", "order.paid", ...
+    # "payments" | "payouts": delivered to {SANDBOX_WEBHOOK_URL}/{target}
+    target = models.CharField(max_length=20)
+    entity_id = models.CharField(max_length=40, db_index=True)  # pay_... / pout_...
+    order_id = models.CharField(max_length=40, null=True, db_index=True)
+    body = models.BinaryField()
+    created_ts = models.DateTimeField()
+
+    class Meta:
+        db_table = "sandbox_razorpay_webhook_events"
+
+
+class WebhookDelivery(models.Model):
+    """One delivery chain of an event to the merchant URL, retried until a 2xx or the
+    retry window ends.
+
+    kind: ``original``; ``duplicate`` (fault ``razorpay.webhook_replay``: the same event
+    sent again with the same id and bytes); ``replay`` (dashboard replay, signed with the
+    secret current at replay time). A ``lost`` delivery is never sent.
+    ``after``: this delivery's first attempt waits until that delivery made its first
+    attempt (arrival order of related events and of sequential duplicates); retries are
+    independent.
+    """
+
+    event = models.ForeignKey(WebhookEvent, on_delete=models.CASCADE, related_name="deliveries")
+    kind = models.CharField(max_length=10, default="original")
+    copy = models.IntegerField(default=0)
+    signature = models.CharField(max_length=64)  # hex HMAC-SHA256 of event.body
+    after = models.ForeignKey("self", null=True, on_delete=models.SET_NULL, related_name="+")
+    lost = models.BooleanField(default=False)
+    attempts = models.IntegerField(default=0)
+    delivered = models.BooleanField(default=False)
+    gave_up = models.BooleanField(default=False)
+    last_status = models.IntegerField(null=True)  # HTTP status of the last attempt; null: none
+    last_error = models.TextField(default="")
+    next_attempt_ts = models.DateTimeField(null=True)  # null: delivered, given up or lost
+    created_ts = models.DateTimeField()
+    first_sent_ts = models.DateTimeField(null=True)
+    last_sent_ts = models.DateTimeField(null=True)
+    delivered_ts = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "sandbox_razorpay_webhook_deliveries"
+        indexes = [models.Index(fields=["next_attempt_ts"])]
