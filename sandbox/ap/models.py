@@ -1,1 +1,99 @@
+"""State of the Anchor Platform stand-in, in the ``sandbox`` database.
 
+``ApTransaction`` mirrors AP-4.3.0 ``JdbcSep24Transaction`` (only SEP-24 exists here);
+``ApEvent`` is the outbox of events for the callback API, delivered one at a time by
+``sandbox.ap.events``. Amounts are kept as the decimal strings the caller sent (AP keeps
+``String`` amounts and echoes them unchanged: ``"100"`` stays ``"100"``).
+"""
+
+import uuid
+
+from django.db import models
+
+
+class ApTransaction(models.Model):
+    """One SEP-24 transaction as AP stores it.
+
+    ``version`` is the optimistic-lock column (AP 4.2.0+, PR #1896): every RPC reads the
+    row, validates, and writes back only ``WHERE version = <read version>``.
+    ``transfer_received_at`` is the hidden "funds received" flag (not exposed for SEP-24).
+    """
+
+    id = models.CharField(primary_key=True, max_length=64)
+    kind = models.CharField(max_length=16)  # deposit | withdrawal
+    status = models.CharField(max_length=40)
+    version = models.IntegerField(default=0)
+
+    request_asset_code = models.CharField(max_length=12)
+    request_asset_issuer = models.CharField(max_length=56, null=True)
+
+    amount_expected = models.CharField(max_length=64, null=True)
+    amount_in = models.CharField(max_length=64, null=True)
+    amount_in_asset = models.CharField(max_length=128, null=True)
+    amount_out = models.CharField(max_length=64, null=True)
+    amount_out_asset = models.CharField(max_length=128, null=True)
+    amount_fee = models.CharField(max_length=64, null=True)
+    amount_fee_asset = models.CharField(max_length=128, null=True)
+    fee_details_list = models.JSONField(null=True)  # [{name, description?, amount}]
+    quote_id = models.CharField(max_length=64, null=True)
+
+    started_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True)
+    user_action_required_by = models.DateTimeField(null=True)
+    transfer_received_at = models.DateTimeField(null=True)
+
+    message = models.TextField(null=True)
+    # {"amount_refunded": str, "amount_fee": str, "payments": [{id, id_type, amount, fee}]}
+    refunds = models.JSONField(null=True)
+    stellar_transactions = models.JSONField(default=list)
+    stellar_transaction_id = models.CharField(max_length=64, null=True)
+
+    from_account = models.CharField(max_length=128, null=True)
+    to_account = models.CharField(max_length=128, null=True)
+    withdraw_anchor_account = models.CharField(max_length=56, null=True)
+    external_transaction_id = models.CharField(max_length=255, null=True)
+    memo = models.CharField(max_length=128, null=True)
+    memo_type = models.CharField(max_length=8, null=True)
+    refund_memo = models.CharField(max_length=128, null=True)
+    refund_memo_type = models.CharField(max_length=8, null=True)
+
+    web_auth_account = models.CharField(max_length=128)
+    web_auth_account_memo = models.CharField(max_length=32, null=True)
+    client_domain = models.CharField(max_length=255, null=True)
+    client_name = models.CharField(max_length=255, null=True)
+    request_client_ip_address = models.CharField(max_length=64, null=True)
+    lang = models.CharField(max_length=16, null=True)
+
+    class Meta:
+        db_table = "sandbox_ap_transactions"
+        indexes = [models.Index(fields=["status"]), models.Index(fields=["started_at"])]
+
+
+class ApEvent(models.Model):
+    """One event of the callback API (``POST {callback}/event``), AP NOTES §3.
+
+    ``position`` orders delivery (the ``ap.event_reorder`` fault swaps two positions);
+    ``attempt_log`` keeps one entry per HTTP attempt for the inspection endpoint.
+    """
+
+    seq = models.BigAutoField(primary_key=True)
+    event_id = models.UUIDField(default=uuid.uuid4, unique=True)
+    type = models.CharField(max_length=40)
+    transaction_id = models.CharField(max_length=64)
+    payload = models.JSONField()
+    position = models.BigIntegerField(default=0, db_index=True)
+    created_at = models.DateTimeField()
+
+    attempts = models.IntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True)
+    delivered_at = models.DateTimeField(null=True)
+    lost_at = models.DateTimeField(null=True)
+    copies = models.IntegerField(default=1)
+    reordered = models.BooleanField(default=False)
+    last_status = models.IntegerField(null=True)
+    last_error = models.TextField(null=True)
+    attempt_log = models.JSONField(default=list)
+
+    class Meta:
+        db_table = "sandbox_ap_events"

@@ -1,0 +1,22 @@
+"""Routes of the AP stand-in, served under ``/ap/`` by ``sandbox.urls``."""
+
+from django.urls import path
+
+from sandbox.ap import views
+
+urlpatterns = [
+    # Platform server (AP platform_server, context path "/").
+    path("platform/", views.rpc_view),
+    path("platform", views.rpc_view),
+    path("platform/health", views.health_view),
+    path("platform/transactions", views.transactions_view),
+    path("platform/transactions/<str:transaction_id>", views.transaction_view),
+    # SEP server (wallet-facing).
+    path("sep/auth", views.auth_view),
+    path("sep/transactions/deposit/interactive", views.deposit_interactive_view),
+    path("sep/transactions/withdraw/interactive", views.withdraw_interactive_view),
+    path("sep/transaction", views.sep_transaction_view),
+    # Sandbox-only inspection.
+    path("sandbox/events", views.events_view),
+    path("sandbox/reset", views.sandbox_reset_view),
+]

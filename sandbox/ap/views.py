@@ -1,0 +1,254 @@
+"""HTTP surfaces of the AP stand-in: thin views over ``rpc``, ``listing``, ``sep`` and
+``events``.
+
+Platform server (``/ap/platform/``), NOTES §1-2: ``POST /`` JSON-RPC,
+``GET /transactions/{id}``, ``GET /transactions``, ``GET /health`` (no auth). Auth is
+``Authorization: Bearer <JWT HS256 AP_PLATFORM_AUTH_SECRET>``: signature and ``exp``
+only, as AP-4.3.0 ``PlatformAuthJwtFilter`` (no clock skew); anything else is 403
+``{"error":"forbidden"}``. Fault ``ap.require_aud``: a token without
+``aud: "platform_api"`` is refused too (post-4.3.0 PR #1965).
+
+Fault ``ap.stale_status``: the REST reads show ``status: pending_anchor`` for the ids in
+``params.transaction_ids`` (all when absent), although the transaction moved on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from decimal import Decimal
+from functools import wraps
+
+import jwt
+from django.conf import settings
+from django.http import HttpResponseNotAllowed, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from sandbox.ap import listing, rpc, sep
+from sandbox.ap.models import ApEvent, ApTransaction
+from sandbox.ap.objects import instant, platform_object, sep24_object
+from sandbox.control import faults
+
+log = logging.getLogger(__name__)
+
+DB = "sandbox"
+STARTED_AT = dt.datetime.now(dt.UTC)
+FORBIDDEN = {"error": "forbidden"}
+BAD_BODY = {"error": "Your request body is wrong in some way."}
+
+
+def _platform_authorized(request) -> bool:
+    header = request.headers.get("Authorization", "")
+    if not header.startswith("Bearer "):
+        return False
+    try:
+        claims = jwt.decode(header[len("Bearer "):], settings.AP_PLATFORM_AUTH_SECRET,
+                            algorithms=["HS256"], leeway=0,
+                            options={"verify_aud": False, "verify_iat": False})
+    except jwt.InvalidTokenError:
+        return False
+    audience = claims.get("aud")
+    has_aud = audience == "platform_api" or (
+        isinstance(audience, list) and "platform_api" in audience)
+    if not has_aud and faults.take("ap.require_aud") is not None:
+        return False
+    return True
+
+
+def platform_auth(view):
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not _platform_authorized(request):
+            return JsonResponse(FORBIDDEN, status=403)
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _stale(obj: dict) -> dict:
+    params = faults.peek("ap.stale_status")
+    if params is None:
+        return obj
+    wanted = params.get("transaction_ids")
+    if wanted is not None and obj["id"] not in wanted:
+        return obj
+    if faults.take("ap.stale_status") is None:
+        return obj
+    return {**obj, "status": "pending_anchor"}
+
+
+@csrf_exempt
+@platform_auth
+def rpc_view(request):
+    """``POST /ap/platform/``: a JSON array of JSON-RPC requests -> array of replies."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    try:
+        batch = json.loads(request.body, parse_float=Decimal)
+    except (ValueError, UnicodeDecodeError):
+        return JsonResponse(BAD_BODY, status=400)
+    if not isinstance(batch, list) or not all(isinstance(item, dict) for item in batch):
+        return JsonResponse(BAD_BODY, status=400)
+    return JsonResponse(rpc.handle_batch(batch), safe=False)
+
+
+@platform_auth
+def transaction_view(request, transaction_id: str):
+    """``GET /ap/platform/transactions/{id}`` (AP ``TransactionService.findTransaction``)."""
+    if request.method != "GET":
+        return HttpResponseNotAllowed(["GET"])
+    txn = ApTransaction.objects.using(DB).filter(pk=transaction_id).first()
+    if txn is None:
+        return JsonResponse({"error": f"transaction (id={transaction_id}) is not found"},
+                            status=404)
+    return JsonResponse(_stale(platform_object(txn)))
+
+
+@platform_auth
+def transactions_view(request):
+    """``GET /ap/platform/transactions?sep=24&...`` -> ``{"records": [...]}``."""
+    if request.method != "GET":
+        return HttpResponseNotAllowed(["GET"])
+    query = request.GET
+    try:
+        records = listing.find(
+            sep=query.get("sep"), order_by=query.get("order_by"), order=query.get("order"),
+            statuses=query.getlist("statuses") or None,
+            page_number=query.get("page_number"), page_size=query.get("page_size"))
+    except listing.ListingError as exc:
+        return JsonResponse({"error": exc.message}, status=exc.status)
+    return JsonResponse({"records": [_stale(record) for record in records]})
+
+
+def health_view(request):
+    """``GET /ap/platform/health``: always 200, no auth (AP exempts /health)."""
+    elapsed = (dt.datetime.now(dt.UTC) - STARTED_AT).total_seconds()
+    return JsonResponse({"started_at": instant(STARTED_AT),
+                         "elapsed_time_ms": int(elapsed * 1000), "number_of_checks": 0,
+                         "checks": {}, "version": "4.3.0"})
+
+
+# ------------------------------------------------------------------------- SEP server
+
+
+def _fields(request) -> dict:
+    """The wallet's request as AP binds it: JSON object or form fields, values as text."""
+    if request.content_type == "application/json":
+        try:
+            body = json.loads(request.body or b"{}", parse_float=Decimal)
+        except (ValueError, UnicodeDecodeError):
+            raise sep.SepError(400, BAD_BODY["error"]) from None
+        if not isinstance(body, dict):
+            raise sep.SepError(400, BAD_BODY["error"])
+        return {str(k): _form_text(v) for k, v in body.items() if not isinstance(v, dict | list)}
+    return {k: request.POST.get(k) for k in request.POST}
+
+
+def _form_text(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _sep_error(exc: sep.SepError) -> JsonResponse:
+    return JsonResponse({"error": exc.message}, status=exc.status)
+
+
+@csrf_exempt
+def auth_view(request):
+    """``POST /ap/sep/auth``: the sandbox's SEP-10 reduced to one call."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    try:
+        fields = _fields(request)
+        token = sep.issue_token(account=fields.get("account"), memo=fields.get("memo"),
+                                client_domain=fields.get("client_domain"),
+                                client_name=fields.get("client_name"))
+    except sep.SepError as exc:
+        return _sep_error(exc)
+    return JsonResponse({"token": token})
+
+
+def _interactive(request, kind: str):
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    try:
+        auth = sep.read_token(request.headers.get("Authorization"))
+        answer = sep.start_interactive(kind=kind, auth=auth, request=_fields(request),
+                                       client_ip=request.META.get("REMOTE_ADDR"))
+    except sep.SepError as exc:
+        return _sep_error(exc)
+    return JsonResponse(answer)
+
+
+@csrf_exempt
+def deposit_interactive_view(request):
+    """``POST /ap/sep/transactions/deposit/interactive``."""
+    return _interactive(request, "deposit")
+
+
+@csrf_exempt
+def withdraw_interactive_view(request):
+    """``POST /ap/sep/transactions/withdraw/interactive``."""
+    return _interactive(request, "withdrawal")
+
+
+def sep_transaction_view(request):
+    """``GET /ap/sep/transaction?id=|stellar_transaction_id=|external_transaction_id=``."""
+    if request.method != "GET":
+        return HttpResponseNotAllowed(["GET"])
+    try:
+        auth = sep.read_token(request.headers.get("Authorization"))
+        txn = sep.find_for_wallet(
+            auth, transaction_id=request.GET.get("id"),
+            stellar_transaction_id=request.GET.get("stellar_transaction_id"),
+            external_transaction_id=request.GET.get("external_transaction_id"))
+    except sep.SepError as exc:
+        return _sep_error(exc)
+    return JsonResponse({"transaction": sep24_object(txn)})
+
+
+# ------------------------------------------------------------------------- sandbox only
+
+
+def events_view(request):
+    """``GET /ap/sandbox/events[?transaction_id=]``: the event outbox in delivery order,
+    with delivery state, for tests (not an AP endpoint)."""
+    rows = ApEvent.objects.using(DB).order_by("position")
+    if request.GET.get("transaction_id"):
+        rows = rows.filter(transaction_id=request.GET["transaction_id"])
+    return JsonResponse({"events": [
+        {
+            "id": str(e.event_id),
+            "seq": e.seq,
+            "type": e.type,
+            "transaction_id": e.transaction_id,
+            "status": e.payload.get("transaction", {}).get("status"),
+            "created_at": instant(e.created_at),
+            "delivered": e.delivered_at is not None,
+            "delivered_at": instant(e.delivered_at),
+            "lost": e.lost_at is not None,
+            "attempts": e.attempts,
+            "next_attempt_at": instant(e.next_attempt_at),
+            "copies": e.copies,
+            "last_status": e.last_status,
+            "last_error": e.last_error,
+            "attempt_log": e.attempt_log,
+            "payload": e.payload,
+        }
+        for e in rows
+    ]})
+
+
+@csrf_exempt
+def sandbox_reset_view(request):
+    """``POST /ap/sandbox/reset``: empty the AP stand-in only (not Horizon, not Razorpay)."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    from sandbox.ap.service import reset
+
+    reset()
+    return JsonResponse({"reset": True})
