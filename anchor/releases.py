@@ -218,7 +218,7 @@ def _drive(release: DepositRelease, *, redrive: bool) -> DepositRelease:
         return _complete(release)
     if result.kind == "unknown":
         _note(release, f"submit outcome unknown: {result.detail}")
-        return release
+        return DepositRelease.objects.get(pk=release.pk)
     # 400: included with a failed op, or refused by core before inclusion.
     found = stellar.find_transaction(release.tx_hash)
     if found is not None:

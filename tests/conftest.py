@@ -113,7 +113,7 @@ def sandbox(live_server, django_db_blocker) -> Sandbox:
         "SANDBOX_WEBHOOK_URL": f"{live_server.url}/webhooks/razorpay",
     }
     ARTIFACTS.mkdir(exist_ok=True)
-    log_path = ARTIFACTS / "sandbox.log"
+    log_path = ARTIFACTS / f"sandbox{os.environ.get('TEST_DB_SUFFIX', '')}.log"
     log = open(log_path, "w")  # noqa: SIM115 - closed at teardown
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "sandbox", "--addr", f"127.0.0.1:{port}",

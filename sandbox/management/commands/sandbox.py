@@ -4,6 +4,7 @@ Creates and migrates the sandbox database (``SANDBOX_DATABASE_URL``), starts the
 background loops of each stand-in and serves ``sandbox.urls`` with a threaded WSGI
 server (Horizon's synchronous submit holds a request open until a ledger closes)."""
 
+import logging
 import threading
 
 import psycopg
@@ -44,6 +45,8 @@ class Command(BaseCommand):
         parser.add_argument("--reset", action="store_true", help="start from an empty world")
 
     def handle(self, *args, addr, reset, **options):
+        # Refusals are the sandbox's job; Django's warning per 4xx would drown the log.
+        logging.getLogger("django.request").setLevel(logging.ERROR)
         ensure_sandbox_database()
         call_command("migrate", database="sandbox", verbosity=0)
         settings.ROOT_URLCONF = "sandbox.urls"
