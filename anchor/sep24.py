@@ -19,10 +19,19 @@ class TokenError(Exception):
 
 def verify_interactive_token(token: str, transaction_id: str) -> dict:
     """Return the claims, or raise TokenError with the reason."""
+    return _verify(token, transaction_id, settings.AP_INTERACTIVE_JWT_SECRET)
+
+
+def verify_more_info_token(token: str, transaction_id: str) -> dict:
+    """The more_info_url token: same claims, AP's more-info secret (NOTES §4.2)."""
+    return _verify(token, transaction_id, settings.AP_MORE_INFO_JWT_SECRET)
+
+
+def _verify(token: str, transaction_id: str, secret: str) -> dict:
     if not token or not transaction_id:
         raise TokenError("missing transaction_id or token")
     try:
-        claims = jwt.decode(token, settings.AP_INTERACTIVE_JWT_SECRET, algorithms=["HS256"],
+        claims = jwt.decode(token, secret, algorithms=["HS256"],
                             leeway=settings.AP_JWT_LEEWAY_S,
                             options={"require": ["exp", "jti"], "verify_aud": False})
     except jwt.ExpiredSignatureError:

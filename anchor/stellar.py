@@ -144,8 +144,9 @@ class SubmitResult:
 
 def submit(envelope_xdr: str) -> SubmitResult:
     """POST the stored envelope once (no SDK retries). Never builds anything new."""
+    envelope = TransactionBuilder.from_xdr(envelope_xdr, settings.STELLAR_NETWORK_PASSPHRASE)
     try:
-        server().submit_transaction(envelope_xdr, skip_memo_required_check=True)
+        server().submit_transaction(envelope, skip_memo_required_check=True)
         return SubmitResult("applied")
     except sdk_errors.BadRequestError as exc:
         codes = (exc.extras or {}).get("result_codes", {})

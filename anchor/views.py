@@ -93,6 +93,19 @@ def _checkout(request, order: DepositOrder) -> str:
     return rzp.checkout_url(order_id=order.order_id, callback_url=back)
 
 
+@require_http_methods(["GET"])
+def more_info(request):
+    """``GET /sep24/more_info?transaction_id=&token=``: AP's more_info_url; opens the
+    session for that transaction and shows its status."""
+    transaction_id = request.GET.get("transaction_id", "")
+    try:
+        claims = sep24.verify_more_info_token(request.GET.get("token", ""), transaction_id)
+    except sep24.TokenError as exc:
+        return _error(request, f"This link cannot be used: {exc}.", 403)
+    sep24.open_session(request, claims)
+    return redirect("anchor:transaction", transaction_id=transaction_id)
+
+
 def transaction_status(request, transaction_id: str):
     """``/sep24/transaction/<id>``: where the user lands after checkout."""
     if not sep24.session_allows(request, transaction_id):

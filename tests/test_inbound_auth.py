@@ -142,3 +142,15 @@ def test_bad_interactive_tokens_get_403_and_open_no_session(client, settings, ca
     assert b"cannot be used" in response.content
     assert "sep24" not in client.session
     assert client.get("/sep24/deposit/tx-1").status_code == 403
+
+
+@pytest.mark.django_db
+def test_more_info_link_opens_the_status_page_only_with_the_more_info_secret(client, settings):
+    good = _interactive_token(settings.AP_MORE_INFO_JWT_SECRET, "tx-9")
+    wrong = _interactive_token(settings.AP_INTERACTIVE_JWT_SECRET, "tx-9")
+
+    refused = client.get("/sep24/more_info", {"transaction_id": "tx-9", "token": wrong})
+    assert refused.status_code == 403
+    opened = client.get("/sep24/more_info", {"transaction_id": "tx-9", "token": good})
+    assert opened.status_code == 302
+    assert opened["Location"] == "/sep24/transaction/tx-9"
