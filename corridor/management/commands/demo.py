@@ -169,6 +169,9 @@ class _Demo:
             wallets = self._drive(sandbox)
             self._settle(wallets)
             line = self._summary(sandbox, wallets, time.monotonic() - started)
+            fired = " ".join(f"{f['name']}={f['fired']}" for f in
+                             sandbox.http.get("/sandbox/faults").json()["faults"])
+            self.say(f"demo: faults fired: {fired}\n")
         finally:
             self.stop_all()
         self.say(line)
