@@ -289,3 +289,87 @@ def test_twenty_concurrent_releases_from_one_source_account(clean_sandbox, setti
     errors = list(DepositRelease.objects.values_list("last_error", flat=True))
     assert not any("tx_bad_seq" in e for e in errors)
     assert set(DepositRelease.objects.values_list("attempts", flat=True)) == {1}
+
+
+def test_an_abandoned_deposit_expires_before_funds_arrive(clean_sandbox):
+    wallet = Wallet(clean_sandbox)
+    transaction_id, _ = start_and_pay(clean_sandbox, wallet, pay=False)
+    assert reconciler.expire_abandoned() == 0  # younger than DEPOSIT_EXPIRY_S
+
+    time.sleep(settings.DEPOSIT_EXPIRY_S + 0.2)
+    assert reconciler.expire_abandoned() == 1
+
+    assert ap_status(transaction_id)["status"] == "expired"
+    assert DepositOrder.objects.get(transaction_id=transaction_id).status == "expired"
+    assert reconciler.expire_abandoned() == 0
+
+
+def test_payment_failed_then_captured_credits_once(worker, clean_sandbox):
+    clean_sandbox.fault("razorpay.payment_failed_then_captured", times=1)
+    wallet = Wallet(clean_sandbox)
+
+    transaction_id, _ = start_and_pay(clean_sandbox, wallet)
+
+    wait_for(lambda: ap_status(transaction_id)["status"] == "completed", timeout=60,
+             what="AP completed")
+    assert DepositPayment.objects.filter(transaction_id=transaction_id).count() == 1
+    assert_paid_once(wallet, transaction_id)
+
+
+def test_a_signed_webhook_with_the_wrong_amount_credits_nothing(clean_sandbox, client):
+    import hashlib
+    import hmac
+    import json
+
+    wallet = Wallet(clean_sandbox)
+    transaction_id, order_id = start_and_pay(clean_sandbox, wallet, pay=False)
+    order = DepositOrder.objects.get(order_id=order_id)
+    for wrong in (order.amount_in_paise // 100, order.amount_in_paise + 1):
+        body = json.dumps({"entity": "event", "event": "payment.captured", "payload": {
+            "payment": {"entity": {"id": f"pay_wrong{wrong}", "order_id": order_id,
+                                   "amount": wrong, "currency": "INR", "status": "captured",
+                                   "created_at": int(time.time())}}}},
+                          separators=(",", ":")).encode()
+        signature = hmac.new(settings.RAZORPAY_WEBHOOK_SECRET.encode(), body,
+                             hashlib.sha256).hexdigest()
+
+        response = client.post("/webhooks/razorpay/payments", body,
+                               content_type="application/json",
+                               HTTP_X_RAZORPAY_SIGNATURE=signature,
+                               HTTP_X_RAZORPAY_EVENT_ID=f"evt_wrong{wrong}")
+
+        assert response.status_code == 200
+        assert response.json()["outcome"] == "amount_mismatch"
+    assert not DepositPayment.objects.exists()
+    assert ap_status(transaction_id)["status"] == "pending_user_transfer_start"
+
+
+def test_a_replayed_interactive_link_after_submission_sends_no_second_request(
+        clean_sandbox, monkeypatch):
+    wallet = Wallet(clean_sandbox)
+    transaction_id, url = wallet.start_deposit()
+    customer = Customer(clean_sandbox)
+    order_id = customer.submit_amount(url, "1000")
+
+    def ap_events():  # one event per successful status RPC (AP NOTES §1.4)
+        events = clean_sandbox.http.get("/ap/sandbox/events").json()["events"]
+        return [e["id"] for e in events if e["transaction_id"] == transaction_id]
+
+    events_before = ap_events()
+    assert len(events_before) == 2  # transaction_created, request_offchain_funds
+    calls = []  # every RPC the live server sends from here on, refused ones included
+    real_rpc = platform.rpc
+    monkeypatch.setattr(platform, "rpc", lambda method, params: calls.append(method)
+                        or real_rpc(method, params))
+
+    replay = customer.open(url)
+    form = customer.http.get(str(replay.url.join(replay.headers["location"])))
+
+    assert form.status_code == 302  # straight back to the same checkout
+    assert Customer.order_id_from(form.headers["location"]) == order_id
+    assert DepositOrder.objects.filter(transaction_id=transaction_id).count() == 1
+    assert ap_events() == events_before
+    assert calls == []
+    # A second submit of the form (double click, back button) asks nothing of AP either.
+    deposits.deposit_submit(transaction_id=transaction_id, amount_in=Decimal("1000"))
+    assert calls == []
