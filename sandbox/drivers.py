@@ -50,7 +50,7 @@ class Wallet:
                       memo_type: str | None = None, account: str | None = None) -> tuple[str, str]:
         """SEP-24 ``POST /transactions/deposit/interactive`` on the sandbox AP; returns
         (transaction id, interactive URL)."""
-        token = self.sandbox.http.post("/ap/sep/auth", json={"account": self.address}
+        token = self.sandbox.http.post("/ap/sep/auth", json={"account": account or self.address}
                                        ).raise_for_status().json()["token"]
         body = {"asset_code": settings.STELLAR_USDC_CODE, "account": account or self.address}
         if amount:

@@ -1,4 +1,5 @@
-"""Fixed sandbox keypairs, derived as Keypair.from_raw_ed25519_seed(sha256(b"corridor-sandbox:" + name)).
+"""Fixed sandbox keypairs:
+Keypair.from_raw_ed25519_seed(sha256(b"corridor-sandbox:" + name)).
 
 Valid only against the sandbox (and harmless anywhere else: they hold nothing real).
 Corridor's settings default to the same values so ``make run`` needs no configuration.

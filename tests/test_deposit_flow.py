@@ -373,3 +373,19 @@ def test_a_replayed_interactive_link_after_submission_sends_no_second_request(
     # A second submit of the form (double click, back button) asks nothing of AP either.
     deposits.deposit_submit(transaction_id=transaction_id, amount_in=Decimal("1000"))
     assert calls == []
+
+
+def test_a_contract_destination_goes_to_manual_review_unpaid(clean_sandbox):
+    from stellar_sdk import StrKey
+
+    wallet = Wallet(clean_sandbox)
+    contract = StrKey.encode_contract(bytes(range(32)))
+    transaction_id = paid_deposit(clean_sandbox, wallet, account=contract, memo="7",
+                                  memo_type="id")
+
+    release = releases.release_start(transaction_id=transaction_id)
+
+    assert release.status == "manual_review"
+    assert "contract" in release.last_error
+    assert release.tx_hash is None
+    assert ap_status(transaction_id)["status"] == "pending_anchor"

@@ -27,7 +27,8 @@ def ensure_sandbox_database() -> None:
         "autocommit": True,
     }
     with psycopg.connect(**params) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]]).fetchone():
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]])
+        if not exists.fetchone():
             conn.execute(f'CREATE DATABASE "{db["NAME"]}"')
 
 
