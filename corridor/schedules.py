@@ -15,4 +15,5 @@ def periodic_tasks() -> list[tuple[str, str, float]]:
          settings.ORDER_RECONCILER_PERIOD_S),
         ("expire abandoned deposits", "anchor.tasks.expire_abandoned_deposits",
          settings.DEPOSIT_EXPIRY_PERIOD_S),
+        ("withdrawal poller", "payouts.tasks.poll_withdrawals", settings.WITHDRAW_POLL_PERIOD_S),
     ]

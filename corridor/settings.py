@@ -159,6 +159,17 @@ RAZORPAY_KEY_SECRET = env("RAZORPAY_KEY_SECRET", default="sandbox-razorpay-key-s
 RAZORPAY_WEBHOOK_SECRET = env("RAZORPAY_WEBHOOK_SECRET", default="sandbox-razorpay-webhook-secret")
 RAZORPAY_WEBHOOK_PREVIOUS_SECRET = env("RAZORPAY_WEBHOOK_PREVIOUS_SECRET", default="")
 RAZORPAY_CHECKOUT_URL = env("RAZORPAY_CHECKOUT_URL", default="")
+# Our RazorpayX account number (the debit side of every payout, NOTES §2.1).
+RAZORPAYX_ACCOUNT_NUMBER = env("RAZORPAYX_ACCOUNT_NUMBER", default="2323230041626905")
+
+# --- Withdrawal pricing: USDC in, INR out ---
+WITHDRAW_RATE_INR_PER_USDC = Decimal(env.str("WITHDRAW_RATE_INR_PER_USDC", default="84.00"))
+WITHDRAW_FEE_USDC = Decimal(env.str("WITHDRAW_FEE_USDC", default="0.50"))
+WITHDRAW_MIN_USDC = Decimal(env.str("WITHDRAW_MIN_USDC", default="2"))
+WITHDRAW_MAX_USDC = Decimal(env.str("WITHDRAW_MAX_USDC", default="5000"))
+# Significant decimals AP is configured with for the withdrawal asset; a receipt with
+# more is never paid out (AP NOTES §4.4).
+WITHDRAW_ASSET_DECIMALS = env.int("WITHDRAW_ASSET_DECIMALS", default=7)
 
 # --- Deposit pricing (INR per USDC and fee); the sandbox uses these fixed values ---
 DEPOSIT_RATE_INR_PER_USDC = Decimal(env.str("DEPOSIT_RATE_INR_PER_USDC", default="85.00"))
@@ -188,6 +199,19 @@ ORDER_RECONCILER_AGE_S = env.float("ORDER_RECONCILER_AGE_S", default=30.0)
 DEPOSIT_EXPIRY_S = env.float("DEPOSIT_EXPIRY_S", default=3600.0)
 DEPOSIT_EXPIRY_PERIOD_S = env.float("DEPOSIT_EXPIRY_PERIOD_S", default=300.0)
 TRUSTLINE_WAIT_S = env.float("TRUSTLINE_WAIT_S", default=86400.0)
+WITHDRAW_POLL_PERIOD_S = env.float("WITHDRAW_POLL_PERIOD_S", default=30.0)
+# A short receipt waits this long for more payments under its memo before review.
+WITHDRAW_SHORT_GRACE_S = env.float("WITHDRAW_SHORT_GRACE_S", default=3600.0)
+# A payout whose create call's outcome stays unknown this long goes to manual review
+# (never "failed" by timeout).
+PAYOUT_UNKNOWN_REVIEW_S = env.float("PAYOUT_UNKNOWN_REVIEW_S", default=3600.0)
+# The provider's settlement window: an acknowledged payout is not sent to review for
+# age before this (IMPS/UPI deemed success: T+3 working days, RazorpayX NOTES §2.6).
+PAYOUT_SETTLEMENT_WINDOW_S = env.float("PAYOUT_SETTLEMENT_WINDOW_S", default=5 * 86400.0)
+# Test-only switch: False makes the poller pay without the withdrawal_payouts claim,
+# as code that trusts AP's status would (shows that the guard is what stops a second
+# payout).
+PAYOUT_GUARD = True
 
 # --- Sandbox (python manage.py sandbox) ---
 SANDBOX_LEDGER_CLOSE_S = env.float("SANDBOX_LEDGER_CLOSE_S", default=5.0)

@@ -7,4 +7,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("health/", views.health, name="health"),
     path("", include("anchor.urls", namespace="anchor")),
+    path("", include("payouts.urls", namespace="payouts")),
 ]

@@ -1,1 +1,136 @@
+"""Withdrawal-side tables (DESIGN.md §3, §5). ``withdrawal_payouts`` and
+``payout_attempts`` are the only record of whether a payout ran: AP's statuses can be
+stale, lost or duplicated."""
 
+from django.db import models
+from django.db.models import Q
+
+
+class WithdrawalRequest(models.Model):
+    """The interactive withdrawal as the customer submitted it: the USDC we expect on
+    Stellar (memo, destination), the INR to pay, and where (the provider's fund
+    account). Bank details are never stored in full: only a masked form for people."""
+
+    class Status(models.TextChoices):
+        AWAITING_FUNDS = "awaiting_funds"
+        FUNDS_VERIFIED = "funds_verified"
+        MANUAL_REVIEW = "manual_review"
+
+    transaction_id = models.CharField(max_length=64, unique=True)
+    status = models.CharField(max_length=20, choices=Status.choices,
+                              default=Status.AWAITING_FUNDS)
+    amount_in = models.DecimalField(max_digits=20, decimal_places=7)  # USDC expected
+    fee = models.DecimalField(max_digits=20, decimal_places=7)  # USDC
+    amount_out = models.DecimalField(max_digits=14, decimal_places=2)  # INR
+    amount_out_paise = models.BigIntegerField()
+    rate = models.DecimalField(max_digits=14, decimal_places=4)
+    beneficiary_type = models.CharField(max_length=12)  # bank_account | vpa
+    beneficiary_display = models.CharField(max_length=80)  # masked
+    contact_id = models.CharField(max_length=40)
+    fund_account_id = models.CharField(max_length=40)
+    # What the wallet must pay: AP's withdraw account and memo (memo ids are strings:
+    # uint64 goes past 2^63).
+    destination = models.CharField(max_length=56, blank=True, default="")
+    memo = models.CharField(max_length=128, blank=True, default="")
+    memo_type = models.CharField(max_length=8, blank=True, default="")
+    source_account = models.CharField(max_length=69, blank=True, default="")
+    funds_requested_at = models.DateTimeField(null=True, blank=True)
+    first_receipt_at = models.DateTimeField(null=True, blank=True)
+    received_amount = models.DecimalField(max_digits=20, decimal_places=7, null=True,
+                                          blank=True)
+    review_reason = models.TextField(blank=True, default="")
+    chain_evidence = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "withdrawal_requests"
+        indexes = [models.Index(fields=["memo"], name="withdrawal_requests_memo_idx")]
+
+    def __str__(self) -> str:
+        return f"withdrawal {self.transaction_id} {self.status}"
+
+
+class WithdrawalPayout(models.Model):
+    """At most one fiat payout per AP withdrawal (DEC-009): the claim is the insert."""
+
+    class Status(models.TextChoices):
+        PROCESSING = "processing"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        MANUAL_REVIEW = "manual_review"
+        REVERSED = "reversed"
+
+    transaction_id = models.CharField(max_length=64, unique=True)
+    status = models.CharField(max_length=20, choices=Status.choices,
+                              default=Status.PROCESSING)
+    amount_paise = models.BigIntegerField()
+    currency = models.CharField(max_length=3, default="INR")
+    fund_account_id = models.CharField(max_length=40)
+    provider = models.CharField(max_length=20, default="razorpayx")
+    provider_payout_id = models.CharField(max_length=40, blank=True, default="")
+    reference = models.CharField(max_length=64, blank=True, default="")  # the UTR
+    attempts = models.PositiveIntegerField(default=1)
+    last_error = models.TextField(blank=True, default="")
+    ap_completed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "withdrawal_payouts"
+        indexes = [
+            models.Index(fields=["updated_at"], name="withdrawal_payouts_open_idx",
+                         condition=Q(status="processing")),
+        ]
+
+    def __str__(self) -> str:
+        return f"payout {self.transaction_id} {self.status}"
+
+
+class PayoutAttempt(models.Model):
+    """One provider call chain under one idempotency key. A new attempt (new key) only
+    after the provider said ``failed`` for the previous one, by an operator."""
+
+    payout = models.ForeignKey(WithdrawalPayout, on_delete=models.PROTECT,
+                               related_name="attempt_rows")
+    number = models.PositiveIntegerField()
+    idempotency_key = models.UUIDField(unique=True)
+    provider_payout_id = models.CharField(max_length=40, blank=True, default="")
+    provider_status = models.CharField(max_length=20, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "payout_attempts"
+        constraints = [models.UniqueConstraint(fields=["payout", "number"],
+                                               name="payout_attempts_number_unique")]
+
+
+class StellarReceipt(models.Model):
+    """A payment into our withdrawal account, as read from Horizon by Corridor itself
+    (AP's observer misses and mis-records payments, AP NOTES §4.4)."""
+
+    paging_token = models.CharField(max_length=32, unique=True)
+    tx_hash = models.CharField(max_length=64)
+    from_account = models.CharField(max_length=69)
+    to_account = models.CharField(max_length=69)
+    asset = models.CharField(max_length=80)  # "USDC:G..." or "native"
+    amount = models.DecimalField(max_digits=20, decimal_places=7)
+    memo_type = models.CharField(max_length=8)
+    memo = models.CharField(max_length=128, blank=True, default="")
+    transaction_id = models.CharField(max_length=64, blank=True, default="")  # matched
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "stellar_receipts"
+        indexes = [models.Index(fields=["memo_type", "memo"], name="stellar_receipts_memo_idx")]
+
+
+class ChainCursor(models.Model):
+    """Where the receipt scanner stopped, per watched account (a Horizon paging token)."""
+
+    account = models.CharField(max_length=56, unique=True)
+    cursor = models.CharField(max_length=32, default="0")
+
+    class Meta:
+        db_table = "stellar_cursors"

@@ -1,0 +1,253 @@
+"""The at-most-once payout guard (DEC-009), DESIGN.md §5 steps 2-5.
+
+2. claim: insert the ``withdrawal_payouts`` row (``processing``) and its first
+   ``payout_attempts`` row (a fresh UUID key) in one transaction; the unique
+   ``transaction_id`` makes a second claim fail.
+3. disburse through the provider with that attempt's key.
+4. mark paid: ``completed`` with the UTR (RazorpayX usually answers ``processing`` and
+   sends the UTR later: the row stays ``processing`` with the provider's payout id and
+   AP moves to ``pending_external``).
+5. complete AP: ``notify_offchain_funds_sent`` with ``external_transaction_id`` = UTR;
+   on -32600 re-read: done only if ``completed``.
+
+A ``processing`` row without a provider payout id has an unknown outcome: Corridor
+asks the provider by reference, replays the same key, and when it stays unknown past
+PAYOUT_UNKNOWN_REVIEW_S sends it to ``manual_review`` -- never ``failed`` by timeout,
+never a new key. A new key is minted only by an operator after the provider said
+``failed``. A ``reversed`` after ``processed`` goes to the operators' queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from anchor import platform
+from anchor.crashpoints import crash_point
+from payouts.models import PayoutAttempt, WithdrawalPayout, WithdrawalRequest
+from payouts.providers.base import DisburseResult, ProviderPayout
+from payouts.providers.razorpayx import provider as default_provider
+
+log = logging.getLogger(__name__)
+Status = WithdrawalPayout.Status
+NARRATION = "Corridor withdrawal"
+# Forward-only ranks of provider statuses (razorpay/NOTES.md §2.6, resilient-tech).
+RANK = {"pending": 2, "scheduled": 2, "queued": 3, "processing": 4, "processed": 5,
+        "cancelled": 5, "failed": 5, "rejected": 5, "reversed": 6}
+
+
+def provider():
+    return default_provider()
+
+
+# --- entry points ------------------------------------------------------------------
+
+def payout_run(*, request: WithdrawalRequest) -> WithdrawalPayout | None:
+    """Pay a verified withdrawal once. Existing payouts are resumed, never re-paid."""
+    if not settings.PAYOUT_GUARD:
+        return _unguarded_payout(request)
+    payout = payout_claim(request=request)
+    if payout is None:
+        return payout_resume(payout=WithdrawalPayout.objects.get(
+            transaction_id=request.transaction_id))
+    crash_point("after_claim")
+    attempt = payout.attempt_rows.get(number=payout.attempts)
+    return _disburse(payout, attempt)
+
+
+def payout_claim(*, request: WithdrawalRequest) -> WithdrawalPayout | None:
+    """Step 2, one commit. None when the row exists already."""
+    try:
+        with transaction.atomic():
+            payout = WithdrawalPayout.objects.create(
+                transaction_id=request.transaction_id, status=Status.PROCESSING,
+                amount_paise=request.amount_out_paise, fund_account_id=request.fund_account_id,
+                provider=provider().name)
+            PayoutAttempt.objects.create(payout=payout, number=1,
+                                         idempotency_key=uuid.uuid4())
+            return payout
+    except IntegrityError:
+        return None
+
+
+def payout_resume(*, payout: WithdrawalPayout) -> WithdrawalPayout:
+    """Self-healing for an existing row (after a crash, a stale AP status, a poll)."""
+    if payout.status == Status.COMPLETED:
+        if payout.ap_completed_at is None:
+            return payout_complete_ap(payout=payout)
+        return payout
+    if payout.status != Status.PROCESSING:
+        return payout  # failed / reversed / manual_review wait for a person
+    attempt = payout.attempt_rows.get(number=payout.attempts)
+    if attempt.provider_payout_id:
+        try:
+            state = provider().fetch(attempt.provider_payout_id)
+        except Exception as exc:  # unreachable provider: try again on the next poll
+            _note(payout, f"fetch: {exc}")
+            return _fresh(payout)
+        return payout_apply_status(payout=payout, state=state)
+    # Outcome unknown: look for it by reference, then replay the same key and body.
+    try:
+        found = provider().find_by_reference(payout.transaction_id)
+    except Exception as exc:
+        _note(payout, f"find_by_reference: {exc}")
+        return _unknown_too_long(payout)
+    if len(found) > 1:
+        return _to_review(payout, f"{len(found)} provider payouts under one reference: "
+                                  + ", ".join(p.payout_id for p in found))
+    if found:
+        _record(payout, attempt, found[0])
+        return payout_apply_status(payout=_fresh(payout), state=found[0])
+    return _disburse(payout, attempt)
+
+
+def payout_apply_status(*, payout: WithdrawalPayout, state: ProviderPayout) -> WithdrawalPayout:
+    """Move our row by the provider's status, forward only (webhooks and polls).
+    processed -> completed (then AP), failed/cancelled/rejected -> failed, reversed ->
+    reversed (operators' queue); a lower-ranked status than we hold is ignored."""
+    attempt = payout.attempt_rows.filter(provider_payout_id=state.payout_id).first() \
+        or payout.attempt_rows.get(number=payout.attempts)
+    with transaction.atomic():
+        current = WithdrawalPayout.objects.select_for_update().get(pk=payout.pk)
+        held = RANK.get(attempt.provider_status, 0)
+        if RANK.get(state.status, 0) < held:
+            return current
+        PayoutAttempt.objects.filter(pk=attempt.pk).update(
+            provider_status=state.status, provider_payout_id=state.payout_id,
+            updated_at=timezone.now())
+        if not current.provider_payout_id:
+            current.provider_payout_id = state.payout_id
+        if state.status == "processed" and current.status == Status.PROCESSING:
+            current.status, current.reference, current.last_error = (
+                Status.COMPLETED, state.utr, "")
+        elif state.status in provider().failed_statuses and current.status == Status.PROCESSING:
+            current.status = Status.FAILED
+            current.last_error = f"provider {state.status}: {state.reason}"
+        elif state.status == "reversed" and current.status in (Status.PROCESSING,
+                                                                Status.COMPLETED):
+            current.status = Status.REVERSED
+            current.reference = current.reference or state.utr
+            after = "processed" if held == RANK["processed"] else "processing"
+            current.last_error = f"reversed by the bank after {after}: {state.reason}"
+        current.save()
+    if current.status == Status.PROCESSING:
+        _too_old_to_wait(current)
+    if current.status == Status.COMPLETED and current.ap_completed_at is None:
+        crash_point("after_mark_paid")
+        return payout_complete_ap(payout=current)
+    return _fresh(current)
+
+
+def payout_complete_ap(*, payout: WithdrawalPayout) -> WithdrawalPayout:
+    """Step 5: ``notify_offchain_funds_sent`` with the UTR; -32600 -> re-read."""
+    try:
+        platform.rpc_once("notify_offchain_funds_sent",
+                          {"transaction_id": payout.transaction_id,
+                           "external_transaction_id": payout.reference,
+                           "funds_sent_at": timezone.now().isoformat().replace("+00:00", "Z")},
+                          reached=lambda tx: tx.get("status") == "completed")
+    except (platform.RpcError, platform.PlatformError) as exc:
+        _note(payout, f"notify_offchain_funds_sent: {exc}")
+        return _fresh(payout)
+    crash_point("after_ap_call")
+    WithdrawalPayout.objects.filter(pk=payout.pk, ap_completed_at__isnull=True).update(
+        ap_completed_at=timezone.now(), updated_at=timezone.now())
+    return _fresh(payout)
+
+
+# --- steps ---------------------------------------------------------------------------
+
+def _disburse(payout: WithdrawalPayout, attempt: PayoutAttempt) -> WithdrawalPayout:
+    result: DisburseResult = provider().disburse(
+        fund_account_id=payout.fund_account_id, amount_paise=payout.amount_paise,
+        reference=payout.transaction_id, idempotency_key=str(attempt.idempotency_key),
+        narration=NARRATION)
+    crash_point("after_provider_call")
+    if result.kind == "accepted":
+        _record(payout, attempt, result.payout)
+        payout = payout_apply_status(payout=_fresh(payout), state=result.payout)
+        if payout.status == Status.PROCESSING:
+            _pending_external(payout)
+        return payout
+    if result.kind == "rejected":
+        with transaction.atomic():
+            WithdrawalPayout.objects.filter(pk=payout.pk, status=Status.PROCESSING).update(
+                status=Status.FAILED, last_error=f"provider refused: {result.reason}"[:2000],
+                updated_at=timezone.now())
+            PayoutAttempt.objects.filter(pk=attempt.pk).update(provider_status="rejected")
+        return _fresh(payout)
+    _note(payout, f"disburse outcome unknown: {result.reason}")
+    return _unknown_too_long(_fresh(payout))
+
+
+def _record(payout: WithdrawalPayout, attempt: PayoutAttempt, state: ProviderPayout) -> None:
+    with transaction.atomic():
+        PayoutAttempt.objects.filter(pk=attempt.pk).update(
+            provider_payout_id=state.payout_id, updated_at=timezone.now())
+        WithdrawalPayout.objects.filter(pk=payout.pk, provider_payout_id="").update(
+            provider_payout_id=state.payout_id, updated_at=timezone.now())
+
+
+def _pending_external(payout: WithdrawalPayout) -> None:
+    """AP pending_anchor -> pending_external while the provider is processing."""
+    try:
+        platform.rpc_once("notify_offchain_funds_pending",
+                          {"transaction_id": payout.transaction_id,
+                           "external_transaction_id": payout.provider_payout_id},
+                          reached=lambda tx: tx.get("status") in ("pending_external",
+                                                                  "completed"))
+    except (platform.RpcError, platform.PlatformError) as exc:
+        log.info("pending_external for %s not set: %s", payout.transaction_id, exc)
+
+
+def _unknown_too_long(payout: WithdrawalPayout) -> WithdrawalPayout:
+    age = timezone.now() - payout.created_at
+    if payout.status == Status.PROCESSING and not payout.provider_payout_id and \
+            age > timedelta(seconds=settings.PAYOUT_UNKNOWN_REVIEW_S):
+        return _to_review(payout, f"payout outcome unknown after {age}: {payout.last_error}")
+    return payout
+
+
+def _too_old_to_wait(payout: WithdrawalPayout) -> None:
+    age = timezone.now() - payout.created_at
+    if age > timedelta(seconds=settings.PAYOUT_SETTLEMENT_WINDOW_S):
+        _to_review(payout, f"no final state from the provider within the settlement "
+                           f"window ({age})")
+
+
+def _to_review(payout: WithdrawalPayout, reason: str) -> WithdrawalPayout:
+    WithdrawalPayout.objects.filter(pk=payout.pk, status=Status.PROCESSING).update(
+        status=Status.MANUAL_REVIEW, last_error=reason[:2000], updated_at=timezone.now())
+    return _fresh(payout)
+
+
+def _note(payout: WithdrawalPayout, error: str) -> None:
+    WithdrawalPayout.objects.filter(pk=payout.pk).update(last_error=error[:2000],
+                                                         updated_at=timezone.now())
+
+
+def _fresh(payout: WithdrawalPayout) -> WithdrawalPayout:
+    return WithdrawalPayout.objects.get(pk=payout.pk)
+
+
+def _unguarded_payout(request: WithdrawalRequest) -> WithdrawalPayout:
+    """Test-only (PAYOUT_GUARD = False): what code that trusts AP's status does -- pay
+    with a fresh key whenever asked, then write down what happened."""
+    result = provider().disburse(
+        fund_account_id=request.fund_account_id, amount_paise=request.amount_out_paise,
+        reference=request.transaction_id, idempotency_key=str(uuid.uuid4()),
+        narration=NARRATION)
+    crash_point("after_provider_call")
+    state = result.payout
+    payout, _ = WithdrawalPayout.objects.update_or_create(
+        transaction_id=request.transaction_id,
+        defaults={"amount_paise": request.amount_out_paise,
+                  "fund_account_id": request.fund_account_id,
+                  "provider_payout_id": state.payout_id if state else "",
+                  "status": Status.PROCESSING})
+    return payout
