@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 
 import jwt
@@ -55,12 +56,34 @@ def _seen(source: str, event_id: str, event_type: str, outcome: str) -> bool:
     return True
 
 
+class MalformedEvent(ValueError):
+    """The body is not shaped like the sender's events; the message says what is off."""
+
+
+def _obj(value, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise MalformedEvent(f"{where} must be an object")
+    return value
+
+
+def _event_id(value, where: str) -> str:
+    if not isinstance(value, str | int) or isinstance(value, bool) or not str(value):
+        raise MalformedEvent(f"{where} must be a non-empty string")
+    if len(str(value)) > 100:
+        raise MalformedEvent(f"{where} is longer than 100 characters")
+    return str(value)
+
+
 def ap_event_receive(*, event: dict) -> str:
-    """Handle one AP event; returns the outcome (for the log and the reply)."""
+    """Handle one AP event; returns the outcome (for the log and the reply).
+    Raises MalformedEvent for a body that is not an AP event."""
     from anchor import tasks
 
-    event_id, event_type = str(event["id"]), str(event["type"])
-    tx = (event.get("payload") or {}).get("transaction") or {}
+    event_id = _event_id(event.get("id"), "id")
+    event_type = _event_id(event.get("type"), "type")
+    tx = _obj(_obj(event.get("payload"), "payload").get("transaction"), "payload.transaction")
     wants_release = (event_type in ("transaction_status_changed", "transaction_created")
                      and tx.get("kind") == "deposit" and tx.get("status") == "pending_anchor"
                      and tx.get("id"))
@@ -74,9 +97,14 @@ def ap_event_receive(*, event: dict) -> str:
 
 
 def sep24_customer_put(*, body: dict) -> Sep24Customer:
-    """Store the SEP-9 fields AP forwards (type ``sep24-customer``)."""
+    """Store the SEP-9 fields AP forwards (type ``sep24-customer``). Raises
+    MalformedEvent for an account or memo that cannot be one, or NUL characters."""
     account = str(body.get("account") or "")
     memo = str(body.get("memo") or "")
+    if len(account) > 69 or len(memo) > 128:
+        raise MalformedEvent("account or memo is too long to be a Stellar account / memo")
+    if "\\u0000" in json.dumps(body):  # JSON escapes NUL; PostgreSQL text refuses it
+        raise MalformedEvent("fields may not contain NUL characters")
     reserved = {"id", "account", "memo", "memo_type", "type", "transaction_id"}
     fields = {k: v for k, v in body.items() if k not in reserved}
     customer, _ = Sep24Customer.objects.update_or_create(
@@ -87,19 +115,31 @@ def sep24_customer_put(*, body: dict) -> Sep24Customer:
 def razorpay_payment_webhook(*, event_id: str, event: dict) -> str:
     """A verified pay-in webhook: ``payment.captured`` / ``order.paid`` carry the
     payment entity; both for one payment are one effect (per-payment uniqueness in
-    ``payment_record``). Returns the outcome."""
-    name = str(event.get("event", ""))
-    payment = (((event.get("payload") or {}).get("payment") or {}).get("entity")) or {}
-    if name not in ("payment.captured", "order.paid") or not payment:
-        outcome = "ignored"
-    else:
-        outcome = None
+    ``payment_record``). The event id is recorded in the same transaction as its
+    effect, so a delivery that fails half-way is not mistaken for a duplicate when
+    Razorpay retries it. Returns the outcome; raises MalformedEvent."""
+    event_id = _event_id(event_id, "X-Razorpay-Event-Id")
+    name = str(event.get("event", ""))[:60]
+    payload = _obj(event.get("payload"), "payload")
+    payment = _obj(_obj(payload.get("payment"), "payload.payment").get("entity"),
+                   "payload.payment.entity")
+    wanted = name in ("payment.captured", "order.paid") and bool(payment)
+    if wanted:
+        _check_payment(payment)
     with transaction.atomic():
-        if not _seen(InboundEvent.Source.RAZORPAY, event_id, name, outcome or "received"):
+        if not _seen(InboundEvent.Source.RAZORPAY, event_id, name, "received"):
             return "duplicate"
-    if outcome:
-        return outcome
-    outcome = deposits.payment_record(payment=payment)
-    InboundEvent.objects.filter(source=InboundEvent.Source.RAZORPAY, event_id=event_id
-                                ).update(outcome=outcome)
+        outcome = deposits.payment_record(payment=payment) if wanted else "ignored"
+        InboundEvent.objects.filter(source=InboundEvent.Source.RAZORPAY, event_id=event_id
+                                    ).update(outcome=outcome)
     return outcome
+
+
+def _check_payment(payment: dict) -> None:
+    if not isinstance(payment.get("id"), str) or not payment["id"] or len(payment["id"]) > 40:
+        raise MalformedEvent("payload.payment.entity.id must be a Razorpay payment id")
+    if not isinstance(payment.get("order_id"), str | type(None)):
+        raise MalformedEvent("payload.payment.entity.order_id must be a string")
+    created = payment.get("created_at")
+    if created is not None and (not isinstance(created, int) or isinstance(created, bool)):
+        raise MalformedEvent("payload.payment.entity.created_at must be Unix seconds")

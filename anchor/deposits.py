@@ -44,7 +44,8 @@ def parse_inr(raw: str) -> Decimal:
     """A customer's rupee amount: plain decimal, at most 2 places, within limits.
     Raises DepositInputError with a message fit for the form."""
     text = (raw or "").strip().replace(",", "")
-    if not text or any(c not in "0123456789." for c in text) or text.count(".") > 1:
+    if not text or len(text) > 16 or any(c not in "0123456789." for c in text) \
+            or text.count(".") > 1 or text == ".":
         raise DepositInputError("Enter an amount in rupees, for example 1500 or 1500.50.")
     try:
         amount = Decimal(text)
@@ -146,8 +147,9 @@ def payment_record(*, payment: dict) -> str:
         return "amount_mismatch"
     if payment.get("currency") != order.currency:
         return "currency_mismatch"
-    captured_at = datetime.fromtimestamp(int(payment.get("created_at") or 0), UTC) \
-        if payment.get("created_at") else timezone.now()
+    created = payment.get("created_at")
+    captured_at = datetime.fromtimestamp(created, UTC) if isinstance(created, int) \
+        else timezone.now()
     from anchor import tasks
 
     try:

@@ -36,8 +36,12 @@ def _verify(token: str, transaction_id: str, secret: str) -> dict:
                             options={"require": ["exp", "jti"], "verify_aud": False})
     except jwt.ExpiredSignatureError:
         raise TokenError("this link has expired")
-    except jwt.PyJWTError as exc:
-        raise TokenError(f"invalid token: {type(exc).__name__}")
+    except jwt.InvalidSignatureError:
+        raise TokenError("the link was not signed by the anchor")
+    except jwt.MissingRequiredClaimError as exc:
+        raise TokenError(f"the link's token has no {exc.claim}")
+    except jwt.PyJWTError:
+        raise TokenError("the link's token is not valid")
     if claims.get("jti") != transaction_id:
         raise TokenError("token is for another transaction")
     return claims

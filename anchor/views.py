@@ -139,7 +139,10 @@ def ap_event(request):
     event = _json_body(request)
     if event is None or not event.get("id") or not event.get("type"):
         return JsonResponse({"error": "body must be an AP event with id and type"}, status=400)
-    outcome = callbacks.ap_event_receive(event=event)
+    try:
+        outcome = callbacks.ap_event_receive(event=event)
+    except callbacks.MalformedEvent as exc:
+        return JsonResponse({"error": f"not an AP event: {exc}"}, status=400)
     return JsonResponse({"outcome": outcome})
 
 
@@ -153,7 +156,10 @@ def ap_customer(request):
     body = _json_body(request)
     if body is None:
         return JsonResponse({"error": "body must be a JSON object"}, status=400)
-    customer = callbacks.sep24_customer_put(body=body)
+    try:
+        customer = callbacks.sep24_customer_put(body=body)
+    except callbacks.MalformedEvent as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse({"id": str(customer.pk), "status": "ACCEPTED"})
 
 
@@ -170,5 +176,8 @@ def razorpay_payments_webhook(request):
     if event is None or not event_id:
         return JsonResponse({"error": "signed body must be JSON with X-Razorpay-Event-Id"},
                             status=400)
-    outcome = callbacks.razorpay_payment_webhook(event_id=event_id, event=event)
+    try:
+        outcome = callbacks.razorpay_payment_webhook(event_id=event_id, event=event)
+    except callbacks.MalformedEvent as exc:
+        return JsonResponse({"error": f"not a Razorpay payment event: {exc}"}, status=400)
     return JsonResponse({"outcome": outcome})

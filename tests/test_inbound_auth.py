@@ -154,3 +154,88 @@ def test_more_info_link_opens_the_status_page_only_with_the_more_info_secret(cli
     opened = client.get("/sep24/more_info", {"transaction_id": "tx-9", "token": good})
     assert opened.status_code == 302
     assert opened["Location"] == "/sep24/transaction/tx-9"
+
+
+@pytest.mark.parametrize("event", [
+    {**EVENT, "payload": "a string"},
+    {**EVENT, "payload": {"transaction": [1, 2]}},
+    {**EVENT, "id": "x" * 300},
+    {**EVENT, "id": {"a": 1}},
+])
+@pytest.mark.django_db
+def test_malformed_ap_events_get_400_and_record_nothing(client, settings, event):
+    headers = _callback_headers(settings.AP_CALLBACK_AUTH_SECRET)
+
+    response = client.post("/callbacks/event", event, content_type="application/json", **headers)
+
+    assert response.status_code == 400
+    assert response.json()["error"]
+    assert not InboundEvent.objects.exists()
+
+
+@pytest.mark.parametrize("body", [
+    {"type": "sep24-customer", "account": "G" * 200},
+    {"type": "sep24-customer", "account": "GABC", "first_name": "A\u0000B"},
+])
+@pytest.mark.django_db
+def test_malformed_customer_puts_get_400(client, settings, body):
+    headers = _callback_headers(settings.AP_CALLBACK_AUTH_SECRET)
+
+    response = client.put("/callbacks/customer", json.dumps(body),
+                          content_type="application/json", **headers)
+
+    assert response.status_code == 400
+    from anchor.models import Sep24Customer
+
+    assert not Sep24Customer.objects.exists()
+
+
+def _payment_event(entity, payload=None):
+    return json.dumps({"event": "payment.captured",
+                       "payload": payload if payload is not None else
+                       {"payment": {"entity": entity}}}, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize(("body", "event_id"), [
+    (_payment_event(None, payload="a string"), "evt_a"),
+    (_payment_event("a string"), "evt_b"),
+    (_payment_event({"order_id": "order_1", "amount": 100000, "currency": "INR",
+                     "status": "captured"}), "evt_c"),
+    (_payment_event({"id": "pay_1", "order_id": "order_1", "amount": 100000,
+                     "currency": "INR", "status": "captured", "created_at": "yesterday"}),
+     "evt_d"),
+    (_payment_event({"id": "pay_1", "order_id": "order_1", "amount": 100000,
+                     "currency": "INR", "status": "captured"}), "e" * 300),
+])
+@pytest.mark.django_db
+def test_malformed_signed_payment_webhooks_get_400_and_can_be_retried(
+        client, settings, body, event_id):
+    signature = _signed(body, settings.RAZORPAY_WEBHOOK_SECRET)
+
+    response = client.post("/webhooks/razorpay/payments", body, content_type="application/json",
+                           HTTP_X_RAZORPAY_SIGNATURE=signature,
+                           HTTP_X_RAZORPAY_EVENT_ID=event_id)
+
+    assert response.status_code == 400
+    assert not InboundEvent.objects.exists()  # a corrected retry is not a "duplicate"
+    assert not DepositPayment.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_event_whose_handling_fails_is_not_recorded_as_seen(client, settings, monkeypatch):
+    from anchor import deposits
+
+    def boom(**kwargs):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(deposits, "payment_record", boom)
+    body = _payment_event({"id": "pay_2", "order_id": "order_2", "amount": 100000,
+                           "currency": "INR", "status": "captured"})
+    signature = _signed(body, settings.RAZORPAY_WEBHOOK_SECRET)
+    client.raise_request_exception = False
+
+    response = client.post("/webhooks/razorpay/payments", body, content_type="application/json",
+                           HTTP_X_RAZORPAY_SIGNATURE=signature, HTTP_X_RAZORPAY_EVENT_ID="evt_f")
+
+    assert response.status_code == 500  # Razorpay retries it
+    assert not InboundEvent.objects.filter(event_id="evt_f").exists()

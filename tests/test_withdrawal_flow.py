@@ -1,0 +1,294 @@
+"""Withdrawals end to end: a wallet pays USDC on the sandbox Horizon, AP's observer
+(sandbox) reacts as AP 4.3 does, Corridor's poller verifies the receipt itself and pays
+INR through the sandbox RazorpayX at most once (DESIGN.md §5, invariant 1 and 6)."""
+
+from __future__ import annotations
+
+import json
+import time
+from decimal import Decimal
+
+import pytest
+from django.conf import settings
+from stellar_sdk import Asset
+
+from anchor import platform
+from payouts import poller
+from payouts.models import PayoutAttempt, WithdrawalPayout, WithdrawalRequest
+from tests.flows import Customer, Wallet, run_manage, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def sandbox(clean_sandbox):
+    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
+    return clean_sandbox
+
+
+def start_withdrawal(sandbox, *, amount="10", account=None, **beneficiary):
+    """A funded wallet starts a withdrawal and fills the form; returns (wallet, id, pay)."""
+    wallet = Wallet(sandbox)
+    wallet.fund_usdc("100")
+    transaction_id, url = wallet.start_withdrawal(account=account)
+    pay = Customer(sandbox).submit_withdrawal(url, amount, **beneficiary)
+    return wallet, transaction_id, pay
+
+
+def sandbox_payouts(sandbox, transaction_id):
+    rows = sandbox.http.get("/razorpay/sandbox/payouts").json()
+    rows = rows.get("payouts", rows) if isinstance(rows, dict) else rows
+    return [p for p in rows if p.get("reference_id") == transaction_id]
+
+
+def ap(transaction_id):
+    return platform.get_transaction(transaction_id)
+
+
+def settle(transaction_id, *, rounds=20):
+    """Poll as beat would until AP completes or our row stops moving."""
+    for _ in range(rounds):
+        poller.poll_withdrawals()
+        payout = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
+        if payout and payout.status != "processing" and (
+                payout.status != "completed" or payout.ap_completed_at):
+            return payout
+        time.sleep(0.3)
+    return WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
+
+
+def assert_paid_once(sandbox, transaction_id):
+    payout = WithdrawalPayout.objects.get(transaction_id=transaction_id)
+    request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
+    payouts = sandbox_payouts(sandbox, transaction_id)
+    assert len(payouts) == 1, payouts
+    assert payouts[0]["amount"] == request.amount_out_paise
+    assert payout.status == "completed"
+    tx = ap(transaction_id)
+    assert tx["status"] == "completed"
+    assert tx["external_transaction_id"] == payout.reference != ""
+    return payout
+
+
+def pay_and_wait_for_ap(wallet, pay, amount="10", **kw):
+    wallet.pay(destination=pay["destination"], amount=amount, memo=pay["memo"], **kw)
+
+
+def test_happy_path_from_the_interactive_page_to_ap_completed_with_the_utr(sandbox):
+    wallet, transaction_id, pay = start_withdrawal(sandbox)
+    assert pay["destination"] == WithdrawalRequest.objects.get().destination
+    assert ap(transaction_id)["status"] == "pending_user_transfer_start"
+
+    pay_and_wait_for_ap(wallet, pay)
+
+    assert settle(transaction_id).status == "completed"
+    payout = assert_paid_once(sandbox, transaction_id)
+    assert PayoutAttempt.objects.get(payout=payout).provider_status == "processed"
+    request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
+    assert request.amount_out == (Decimal("10") - settings.WITHDRAW_FEE_USDC) * \
+        settings.WITHDRAW_RATE_INR_PER_USDC
+    assert "50100123456789" not in request.beneficiary_display
+
+
+@pytest.mark.parametrize("crash_at", ["after_claim", "after_provider_call", "after_mark_paid",
+                                      "after_ap_call"])
+def test_worker_killed_at_each_boundary_pays_once(sandbox, crash_at):
+    wallet, transaction_id, pay = start_withdrawal(sandbox)
+    pay_and_wait_for_ap(wallet, pay)
+    # The payout settles inside the create call, so every boundary is in one process.
+    sandbox.fault("razorpayx.webhook_before_create_returns", times=1)
+    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
+
+    killed = run_manage("poll_withdrawals", crash_at=crash_at)
+
+    assert killed.returncode == -9, killed.stdout[-1000:] + killed.stderr[-2000:]
+    settle(transaction_id)
+    assert_paid_once(sandbox, transaction_id)
+
+
+def test_without_the_guard_a_killed_worker_pays_twice(sandbox, settings):
+    """The guard switched off once: a poller that trusts AP's status pays again."""
+    wallet, transaction_id, pay = start_withdrawal(sandbox)
+    pay_and_wait_for_ap(wallet, pay)
+    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
+    killed = run_manage("poll_withdrawals", crash_at="after_provider_call")
+    assert killed.returncode == -9
+    settings.PAYOUT_GUARD = False
+
+    poller.poll_withdrawals()
+
+    assert len(sandbox_payouts(sandbox, transaction_id)) == 2
+
+
+def test_a_stale_pending_anchor_after_completion_pays_nothing_more(sandbox):
+    wallet, transaction_id, pay = start_withdrawal(sandbox)
+    pay_and_wait_for_ap(wallet, pay)
+    settle(transaction_id)
+    sandbox.fault("ap.stale_status", transaction_ids=[transaction_id])
+    assert ap(transaction_id)["status"] == "pending_anchor"  # AP now lies
+
+    for _ in range(3):
+        poller.poll_withdrawals()
+
+    assert len(sandbox_payouts(sandbox, transaction_id)) == 1
+    assert WithdrawalPayout.objects.get(transaction_id=transaction_id).status == "completed"
+
+
+def test_duplicated_and_early_payout_webhooks_complete_once(sandbox):
+    sandbox.fault("razorpayx.webhook_duplicate", copies=3)
+    sandbox.fault("razorpayx.webhook_before_create_returns", times=1)
+    wallet, transaction_id, pay = start_withdrawal(sandbox)
+    pay_and_wait_for_ap(wallet, pay)
+
+    settle(transaction_id)
+    time.sleep(0.5)
+
+    assert_paid_once(sandbox, transaction_id)
+    assert PayoutAttempt.objects.count() == 1
+
+
+def test_processed_then_reversed_lands_in_the_operators_queue(sandbox):
+    sandbox.fault("razorpayx.processed_then_reversed", after_s=0.3)
+    wallet, transaction_id, pay = start_withdrawal(sandbox)
+    pay_and_wait_for_ap(wallet, pay)
+    settle(transaction_id)
+
+    wait_for(lambda: WithdrawalPayout.objects.get(transaction_id=transaction_id).status
+             == "reversed", what="reversal webhook")
+    for _ in range(2):
+        poller.poll_withdrawals()
+
+    payout = WithdrawalPayout.objects.get(transaction_id=transaction_id)
+    assert payout.status == "reversed"  # never retried by itself
+    assert "reversed" in payout.last_error
+    assert len(sandbox_payouts(sandbox, transaction_id)) == 1
+    assert ap(transaction_id)["status"] == "completed"  # AP cannot show it (final)
+
+
+def test_5xx_after_create_recovers_with_the_same_key(sandbox):
+    sandbox.fault("razorpayx.create_5xx_after_create", times=1)
+    wallet, transaction_id, pay = start_withdrawal(sandbox)
+    pay_and_wait_for_ap(wallet, pay)
+    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
+
+    poller.poll_withdrawals()
+    first = WithdrawalPayout.objects.get(transaction_id=transaction_id)
+    assert (first.status, first.provider_payout_id) == ("processing", "")
+
+    settle(transaction_id)
+    assert_paid_once(sandbox, transaction_id)
+    assert PayoutAttempt.objects.filter(payout=first).count() == 1
+
+
+def review_without_payout(sandbox, transaction_id, reason_part):
+    for _ in range(6):
+        poller.poll_withdrawals()
+        time.sleep(0.3)
+    request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
+    assert request.status == "manual_review", request.review_reason
+    assert reason_part in request.review_reason
+    assert request.chain_evidence  # what was found on chain, for the operator
+    assert sandbox_payouts(sandbox, transaction_id) == []
+    assert not WithdrawalPayout.objects.filter(transaction_id=transaction_id).exists()
+
+
+def test_wrong_asset_with_the_right_memo_is_never_paid(sandbox):
+    wallet, transaction_id, pay = start_withdrawal(sandbox)
+
+    pay_and_wait_for_ap(wallet, pay, asset=Asset.native())
+
+    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="AP accepts it")
+    review_without_payout(sandbox, transaction_id, "wrong asset")
+
+
+def test_a_short_payment_waits_its_grace_then_goes_to_review(sandbox):
+    wallet, transaction_id, pay = start_withdrawal(sandbox)
+
+    pay_and_wait_for_ap(wallet, pay, amount="9.5")
+
+    poller.poll_withdrawals()
+    assert WithdrawalRequest.objects.get(transaction_id=transaction_id).status == \
+        "awaiting_funds"
+    time.sleep(settings.WITHDRAW_SHORT_GRACE_S + 0.2)
+    review_without_payout(sandbox, transaction_id, "short")
+
+
+def test_a_split_payment_5_plus_5_is_summed_and_paid_once(sandbox):
+    wallet, transaction_id, pay = start_withdrawal(sandbox)
+
+    pay_and_wait_for_ap(wallet, pay, amount="5")
+    pay_and_wait_for_ap(wallet, pay, amount="5")
+
+    settle(transaction_id)
+    assert_paid_once(sandbox, transaction_id)
+    assert WithdrawalRequest.objects.get(transaction_id=transaction_id).received_amount == 10
+
+
+def test_excess_decimals_on_a_2_decimal_asset_is_never_paid(sandbox, settings):
+    asset = f"stellar:{settings.STELLAR_USDC_CODE}:{settings.STELLAR_USDC_ISSUER}"
+    sandbox.fault("ap.asset_decimals", asset=asset, decimals=2)
+    settings.WITHDRAW_ASSET_DECIMALS = 2
+    wallet, transaction_id, pay = start_withdrawal(sandbox)
+
+    pay_and_wait_for_ap(wallet, pay, amount="10.1234567")
+
+    time.sleep(0.5)
+    assert ap(transaction_id)["status"] == "pending_user_transfer_start"  # AP stuck
+    review_without_payout(sandbox, transaction_id, "decimals")
+
+
+def test_two_withdrawals_sharing_one_memo_are_never_paid(sandbox):
+    sandbox.fault("ap.next_withdraw_memo", times=2, memo="424242")
+    wallet, first, pay = start_withdrawal(sandbox)
+    _, second, pay2 = start_withdrawal(sandbox)
+    assert pay["memo"] == pay2["memo"] == "424242"
+
+    pay_and_wait_for_ap(wallet, pay)
+
+    review_without_payout(sandbox, first, "memo shared")
+    assert sandbox_payouts(sandbox, second) == []
+
+
+def test_a_memo_id_above_2_63_round_trips(sandbox):
+    sandbox.fault("ap.next_withdraw_memo", times=1, memo="18446744073709551615")
+    wallet, transaction_id, pay = start_withdrawal(sandbox)
+    assert pay["memo"] == "18446744073709551615"
+
+    pay_and_wait_for_ap(wallet, pay)
+
+    settle(transaction_id)
+    assert_paid_once(sandbox, transaction_id)
+
+
+def test_a_wallet_paying_from_a_muxed_address(sandbox):
+    wallet = Wallet(sandbox)
+    wallet.fund_usdc("100")
+    transaction_id, url = wallet.start_withdrawal(account=wallet.muxed(77))
+    pay = Customer(sandbox).submit_withdrawal(url, "10", method="vpa", vpa="asha@okhdfc")
+    assert ap(transaction_id)["source_account"].startswith("M")
+
+    wallet.pay(destination=pay["destination"], amount="10", memo=pay["memo"], muxed_id=77)
+
+    settle(transaction_id)
+    assert_paid_once(sandbox, transaction_id)
+
+
+def test_a_forged_payout_webhook_changes_nothing(sandbox, client):
+    wallet, transaction_id, pay = start_withdrawal(sandbox)
+    pay_and_wait_for_ap(wallet, pay)
+    sandbox.fault("razorpayx.payout_stuck_processing")
+    settle(transaction_id, rounds=3)
+    payout = WithdrawalPayout.objects.get(transaction_id=transaction_id)
+    assert payout.status == "processing"
+    body = json.dumps({"entity": "event", "event": "payout.processed", "payload": {"payout": {
+        "entity": {"id": payout.provider_payout_id, "amount": payout.amount_paise,
+                   "status": "processed", "utr": "FORGED123", "reference_id": transaction_id}}}}
+                      ).encode()
+
+    response = client.post("/webhooks/razorpay/payouts", body, content_type="application/json",
+                           HTTP_X_RAZORPAY_SIGNATURE="0" * 64, HTTP_X_RAZORPAY_EVENT_ID="e1")
+
+    assert response.status_code == 400
+    payout.refresh_from_db()
+    assert (payout.status, payout.reference) == ("processing", "")
+    assert ap(transaction_id)["status"] != "completed"
