@@ -39,6 +39,50 @@ class Wallet:
         tx.sign(self.keypair)
         server.submit_transaction(tx)
 
+    def fund_usdc(self, amount: str) -> None:
+        """USDC from the sandbox issuer (the account must trust USDC)."""
+        self.sandbox.http.post("/horizon/sandbox/fund", json={"account": self.address,
+                                                              "amount": amount}
+                               ).raise_for_status()
+
+    def pay(self, *, destination: str, amount: str, memo_type: str = "id", memo: str = "",
+            asset: Asset | None = None, muxed_id: int | None = None) -> str:
+        """Send a payment (USDC unless ``asset``) with a memo, optionally from a muxed
+        M... source; returns the transaction hash."""
+        from stellar_sdk import Account, MuxedAccount
+
+        server = horizon(self.sandbox)
+        account = server.load_account(self.address)
+        if muxed_id is not None:
+            account = Account(MuxedAccount(self.address, muxed_id), account.sequence)
+        builder = TransactionBuilder(account, settings.STELLAR_NETWORK_PASSPHRASE, 100)
+        if memo_type == "id":
+            builder.add_id_memo(int(memo))
+        elif memo_type == "text":
+            builder.add_text_memo(memo)
+        usdc = Asset(settings.STELLAR_USDC_CODE, settings.STELLAR_USDC_ISSUER)
+        builder.append_payment_op(destination, asset or usdc, amount)
+        tx = builder.set_timeout(30).build()
+        tx.sign(self.keypair)
+        return server.submit_transaction(tx)["hash"]
+
+    def muxed(self, muxed_id: int) -> str:
+        from stellar_sdk import MuxedAccount
+
+        return MuxedAccount(self.address, muxed_id).account_muxed
+
+    def start_withdrawal(self, *, account: str | None = None) -> tuple[str, str]:
+        """SEP-24 ``POST /transactions/withdraw/interactive``; (transaction id, URL)."""
+        who = account or self.address
+        token = self.sandbox.http.post("/ap/sep/auth", json={"account": who}
+                                       ).raise_for_status().json()["token"]
+        reply = self.sandbox.http.post(
+            "/ap/sep/transactions/withdraw/interactive",
+            json={"asset_code": settings.STELLAR_USDC_CODE, "account": who},
+            headers={"Authorization": f"Bearer {token}"})
+        reply.raise_for_status()
+        return reply.json()["id"], reply.json()["url"]
+
     def usdc_payments(self) -> list[dict]:
         """Every USDC payment received by this account on the sandbox ledger."""
         records = horizon(self.sandbox).payments().for_account(self.address).limit(200).call()
@@ -88,6 +132,24 @@ class Customer:
                                               **self._csrf(quote)})
         assert done.status_code == 302, done.text[:500]
         return self.order_id_from(done.headers["location"])
+
+    def submit_withdrawal(self, interactive_url: str, amount: str, **beneficiary) -> dict:
+        """Open the link, fill the withdrawal form, confirm; returns what the pay page
+        shows: {"destination", "memo"}."""
+        fields = {"amount": amount, "name": "Asha Verma", "method": "bank_account",
+                  "account_number": "50100123456789", "ifsc": "HDFC0001234", **beneficiary}
+        response = self.open(interactive_url)
+        assert response.status_code == 302, response.text[:500]
+        form_url = str(response.url.join(response.headers["location"]))
+        page = self.http.get(form_url)
+        assert page.status_code == 200, page.text[:500]
+        quote = self.http.post(form_url, data={**fields, **self._csrf(page)})
+        assert quote.status_code == 200, quote.text[:800]
+        done = self.http.post(form_url, data={**fields, "confirm": "yes", **self._csrf(quote)})
+        assert done.status_code == 200, done.text[:800]
+        destination = re.search(r'<code class="account">([^<]*)</code>', done.text).group(1)
+        memo = re.search(r'<code class="memo">([^<]*)</code>', done.text).group(1)
+        return {"destination": destination, "memo": memo}
 
     def _csrf(self, page: httpx.Response) -> dict:
         match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
