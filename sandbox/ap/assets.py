@@ -15,16 +15,26 @@ Configured here:
 - ``iso4217:USD`` (2 decimals): only so the recorded AP examples replay unchanged.
 
 Settings are read at call time, so tests may change ``STELLAR_USDC_CODE``.
+
+Fault switch ``ap.asset_decimals`` (params ``{"asset": "stellar:USDC:<issuer>",
+"decimals": 2}``): while it is on, that asset's ``significant_decimals`` is ``decimals``
+for every check that looks the asset up by id (``by_id``: RPC amount validation, refund
+sums), as if AP ran with that assets config. This reproduces NOTES §4.4 "more decimals
+than ``significant_decimals``" on USDC itself. ``times`` is not consumed (a config, not an
+event); clear the switch to restore 7.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from django.conf import settings
 
 from sandbox import keys
+from sandbox.control import faults
+
+FAULT_DECIMALS = "ap.asset_decimals"
 
 
 @dataclass(frozen=True)
@@ -58,8 +68,15 @@ def configured() -> list[Asset]:
 
 
 def by_id(asset_id: str | None) -> Asset | None:
-    """The asset whose id equals ``asset_id`` exactly (AP compares ids verbatim)."""
-    return next((a for a in configured() if a.id == asset_id), None)
+    """The asset whose id equals ``asset_id`` exactly (AP compares ids verbatim), with the
+    ``significant_decimals`` of fault ``ap.asset_decimals`` when it names this asset."""
+    asset = next((a for a in configured() if a.id == asset_id), None)
+    if asset is None:
+        return None
+    override = faults.peek(FAULT_DECIMALS)
+    if override and override.get("asset") == asset.id and override.get("decimals") is not None:
+        return replace(asset, significant_decimals=int(override["decimals"]))
+    return asset
 
 
 def by_code(code: str | None, issuer: str | None = None) -> Asset | None:

@@ -97,3 +97,56 @@ class ApEvent(models.Model):
 
     class Meta:
         db_table = "sandbox_ap_events"
+
+
+class ApObserverState(models.Model):
+    """The payment observer's stored cursor (AP-4.3.0 ``JdbcStellarPaymentStreamerCursorStore``,
+    one row): the Horizon paging token of the last payment it handled.
+
+    ``epoch`` is bumped by every reset (``sandbox.ap.service.reset``); the observer writes
+    the cursor only ``WHERE epoch = <the epoch it read>``, so a loop that was mid-page
+    during a reset cannot bring back a cursor from the world before it.
+    """
+
+    id = models.IntegerField(primary_key=True, default=1)
+    cursor = models.CharField(max_length=32, null=True)
+    epoch = models.IntegerField(default=0)
+    updated_at = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "sandbox_ap_observer_state"
+
+
+class ApObservedPayment(models.Model):
+    """One payment the observer handled, and what came of it (sandbox-only inspection,
+    ``GET /ap/sandbox/observer``; AP itself only logs this).
+
+    ``outcome``: ``ignored`` (``DefaultPaymentListener.validate`` refused it, e.g. an empty
+    text memo), ``no_match`` (no withdrawal in ``pending_user_transfer_start`` for this
+    destination and memo), ``lookup_error`` (the lookup threw, e.g. several rows matched),
+    ``missed`` (fault ``ap.observer_miss``), ``notified`` (the RPC succeeded) or
+    ``refused`` (the RPC answered an error, which AP never reads).
+    """
+
+    seq = models.BigAutoField(primary_key=True)
+    paging_token = models.CharField(max_length=32)
+    operation_id = models.CharField(max_length=32)
+    operation_type = models.CharField(max_length=40)
+    stellar_transaction_id = models.CharField(max_length=64)
+    from_account = models.CharField(max_length=56, null=True)
+    to_account = models.CharField(max_length=56, null=True)
+    to_muxed = models.CharField(max_length=69, null=True)
+    amount = models.CharField(max_length=32, null=True)
+    asset = models.CharField(max_length=128, null=True)  # SEP-11: CODE:ISSUER | native
+    memo_type = models.CharField(max_length=8, null=True)
+    memo = models.CharField(max_length=128, null=True)  # as AP's MemoHelper.memoAsString
+    outcome = models.CharField(max_length=16)
+    transaction_id = models.CharField(max_length=64, null=True)
+    detail = models.TextField(null=True)
+    rpc_request = models.JSONField(null=True)
+    rpc_reply = models.JSONField(null=True)
+    observed_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "sandbox_ap_observed_payments"
+        indexes = [models.Index(fields=["transaction_id"])]

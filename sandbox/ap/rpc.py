@@ -22,13 +22,18 @@ Fault switches:
 - ``ap.rpc_slow``: sleep ``params.seconds`` (default 0.5) between validation and the
   write of every status RPC, to open the window in which two concurrent RPCs both pass
   validation (the TOCTOU of PR #1896).
+- ``ap.next_withdraw_memo``: force the memo ``request_onchain_funds`` generates
+  (:func:`generate_memo_id`).
+
+AP's payment observer (``sandbox.ap.observer``) calls ``notify_onchain_funds_received``
+through :func:`handle_one`, the same path as the HTTP endpoint.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import random
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -522,8 +527,28 @@ def _assign_deposit_info(call: Call) -> None:
     asset = assets.by_code(txn.request_asset_code, txn.request_asset_issuer)
     txn.to_account = txn.withdraw_anchor_account = asset.distribution_account if asset else None
     if not (txn.memo_type == "id" and txn.memo):
-        txn.memo = str(random.randint(1, 2**63 - 1))
+        txn.memo = generate_memo_id()
     txn.memo_type = "id"
+
+
+def generate_memo_id() -> str:
+    """A new withdrawal memo as decimal text. AP-4.3.0 ``DepositInfoSelfGeneratorBase
+    .generateMemoId`` (since PR #1929): ``SecureRandom.nextLong(1, Long.MAX_VALUE)``, so
+    1 .. 2^63-2; memos above 2^63 (PR #1918) reach a withdrawal only as a wallet-supplied
+    id memo, which ``Sep24DepositInfoSelfGenerator`` reuses, or through the fault below.
+
+    Fault ``ap.next_withdraw_memo`` (params ``{"memo": "18446744073709551615"}``, any
+    uint64 as decimal text): the next ``times`` generated memos are that value; ``times``
+    of 2 or more gives several withdrawals one memo, as the non-atomic generator before
+    PR #1929 could. Raises InternalError for a value that is not a uint64."""
+    forced = faults.take("ap.next_withdraw_memo")
+    if forced is None:
+        return str(secrets.randbelow(2**63 - 2) + 1)
+    memo = _text(forced.get("memo"))
+    error = _id_memo_error(memo)
+    if error:
+        raise InternalError(f"ap.next_withdraw_memo: {error}")
+    return str(int(memo))
 
 
 def _funds_received_combination(call: Call) -> tuple[Amount | None, Amount | None, Fee | None]:

@@ -18,5 +18,6 @@ urlpatterns = [
     path("sep/transaction", views.sep_transaction_view),
     # Sandbox-only inspection.
     path("sandbox/events", views.events_view),
+    path("sandbox/observer", views.observer_view),
     path("sandbox/reset", views.sandbox_reset_view),
 ]

@@ -9,7 +9,11 @@ only, as AP-4.3.0 ``PlatformAuthJwtFilter`` (no clock skew); anything else is 40
 ``aud: "platform_api"`` is refused too (post-4.3.0 PR #1965).
 
 Fault ``ap.stale_status``: the REST reads show ``status: pending_anchor`` for the ids in
-``params.transaction_ids`` (all when absent), although the transaction moved on.
+``params.transaction_ids`` (all when absent), although the transaction moved on. It acts
+on these reads only: the RPC ``get_transaction`` and the payment observer's matching see
+the real status.
+
+Sandbox-only inspection: ``GET /ap/sandbox/events``, ``GET /ap/sandbox/observer``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from django.http import HttpResponseNotAllowed, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from sandbox.ap import listing, rpc, sep
-from sandbox.ap.models import ApEvent, ApTransaction
+from sandbox.ap.models import ApEvent, ApObservedPayment, ApObserverState, ApTransaction
 from sandbox.ap.objects import instant, platform_object, sep24_object
 from sandbox.control import faults
 
@@ -241,6 +245,43 @@ def events_view(request):
         }
         for e in rows
     ]})
+
+
+def observer_view(request):
+    """``GET /ap/sandbox/observer[?transaction_id=|stellar_transaction_id=]``: the payment
+    observer's stored cursor and the payments it handled, oldest first, each with its
+    outcome and the RPC it sent and the reply it ignored (not an AP endpoint)."""
+    state = ApObserverState.objects.using(DB).filter(pk=1).first()
+    rows = ApObservedPayment.objects.using(DB).order_by("seq")
+    if request.GET.get("transaction_id"):
+        rows = rows.filter(transaction_id=request.GET["transaction_id"])
+    if request.GET.get("stellar_transaction_id"):
+        rows = rows.filter(stellar_transaction_id=request.GET["stellar_transaction_id"])
+    return JsonResponse({
+        "cursor": state.cursor if state else None,
+        "payments": [
+            {
+                "paging_token": p.paging_token,
+                "operation_id": p.operation_id,
+                "type": p.operation_type,
+                "stellar_transaction_id": p.stellar_transaction_id,
+                "from": p.from_account,
+                "to": p.to_account,
+                "to_muxed": p.to_muxed,
+                "amount": p.amount,
+                "asset": p.asset,
+                "memo_type": p.memo_type,
+                "memo": p.memo,
+                "outcome": p.outcome,
+                "transaction_id": p.transaction_id,
+                "detail": p.detail,
+                "rpc_request": p.rpc_request,
+                "rpc_reply": p.rpc_reply,
+                "observed_at": instant(p.observed_at),
+            }
+            for p in rows
+        ],
+    })
 
 
 @csrf_exempt
