@@ -1,4 +1,4 @@
-"""Razorpay API conventions shared by the pay-in (and later payout) surfaces: ids,
+"""Razorpay API conventions shared by the pay-in and payout (RazorpayX) surfaces: ids,
 signatures, error bodies, HTTP Basic auth.
 
 Error body (docs: ``errors``, ``api/orders/create``)::

@@ -5,7 +5,10 @@ Amounts are integer paise everywhere, as in Razorpay (NOTES §0.1). Unix timesta
 timezone-aware datetimes used for ordering and scheduling.
 
 The webhook outbox (``WebhookEvent`` + ``WebhookDelivery``) is shared by pay-in events
-(target ``payments``) and, later, RazorpayX payout events (target ``payouts``).
+(target ``payments``) and RazorpayX payout events (target ``payouts``).
+
+RazorpayX (NOTES §2): ``Contact`` -> ``FundAccount`` -> ``Payout``; ``PayoutIdempotencyKey``
+records each ``X-Payout-Idempotency`` key and the request it was first used with.
 """
 
 from django.db import models
@@ -134,3 +137,108 @@ class WebhookDelivery(models.Model):
     class Meta:
         db_table = "sandbox_razorpay_webhook_deliveries"
         indexes = [models.Index(fields=["next_attempt_ts"])]
+
+
+class Contact(models.Model):
+    """A RazorpayX contact (docs ``api/x/contacts/create``; NOTES §2.2).
+
+    ``details_key`` = sha256 of (name, email, contact, type, reference_id): unique, so a
+    create with all five equal returns the existing contact, also under concurrency.
+    """
+
+    id = models.CharField(primary_key=True, max_length=40)  # cont_ + 14 base62
+    name = models.CharField(max_length=50)
+    email = models.CharField(max_length=200, null=True)
+    contact = models.CharField(max_length=20, null=True)
+    type = models.CharField(max_length=20, null=True)
+    reference_id = models.CharField(max_length=40, null=True)
+    notes = models.JSONField(default=list)
+    active = models.BooleanField(default=True)
+    details_key = models.CharField(max_length=64, unique=True)
+    created_at = models.BigIntegerField()  # unix seconds
+    created_ts = models.DateTimeField()
+
+    class Meta:
+        db_table = "sandbox_razorpayx_contacts"
+
+
+class FundAccount(models.Model):
+    """A fund account of a contact (docs ``api/x/fund-accounts/create/*``; NOTES §2.3).
+
+    ``details``: ``{"name", "ifsc", "account_number"}`` for ``bank_account``,
+    ``{"address"}`` for ``vpa``. ``details_key`` = sha256 of (contact, type, details): unique,
+    so identical details under one contact return the existing fund account.
+    """
+
+    id = models.CharField(primary_key=True, max_length=40)  # fa_ + 14 base62
+    contact = models.ForeignKey(Contact, on_delete=models.PROTECT, related_name="fund_accounts")
+    account_type = models.CharField(max_length=20)  # "bank_account" | "vpa"
+    details = models.JSONField()
+    active = models.BooleanField(default=True)
+    details_key = models.CharField(max_length=64, unique=True)
+    created_at = models.BigIntegerField()  # unix seconds
+    created_ts = models.DateTimeField()
+
+    class Meta:
+        db_table = "sandbox_razorpayx_fund_accounts"
+
+
+class Payout(models.Model):
+    """A RazorpayX payout (docs ``api/x/payouts/*``; NOTES §2.4-2.7).
+
+    status: ``processing`` at create -> ``processed`` (UTR set) | ``failed``; ``processed``
+    -> ``reversed`` (NOTES §2.6). The background loop applies ``next_step`` (``settle`` or
+    ``reverse``) at ``next_step_ts``. ``faults``: the fault switches taken once at create
+    and applied to the whole life of the payout. ``held_events``: webhook events kept back
+    by ``razorpayx.webhook_reorder`` until the reversal is queued.
+    """
+
+    id = models.CharField(primary_key=True, max_length=40)  # pout_ + 14 base62
+    fund_account = models.ForeignKey(FundAccount, on_delete=models.PROTECT,
+                                     related_name="payouts")
+    idempotency_key = models.CharField(max_length=36, unique=True)
+    amount = models.BigIntegerField()  # paise, fees and tax excluded
+    currency = models.CharField(max_length=3)
+    mode = models.CharField(max_length=10)
+    purpose = models.CharField(max_length=40)
+    reference_id = models.CharField(max_length=40, null=True, db_index=True)
+    narration = models.CharField(max_length=30, null=True)
+    notes = models.JSONField(default=list)
+    queue_if_low_balance = models.BooleanField(default=False)
+    status = models.CharField(max_length=12)
+    utr = models.CharField(max_length=40, null=True)
+    fees = models.BigIntegerField(default=0)  # paise, tax included
+    tax = models.BigIntegerField(default=0)  # paise
+    status_reason = models.CharField(max_length=60, null=True)
+    status_description = models.CharField(max_length=255, null=True)
+    status_source = models.CharField(max_length=30, null=True)
+    debit_account_number = models.CharField(max_length=40)
+    faults = models.JSONField(default=dict)
+    next_step = models.CharField(max_length=10, default="")
+    next_step_ts = models.DateTimeField(null=True)
+    held_events = models.JSONField(default=list)
+    created_at = models.BigIntegerField()  # unix seconds
+    created_ts = models.DateTimeField()
+    processed_ts = models.DateTimeField(null=True)
+    failed_ts = models.DateTimeField(null=True)
+    reversed_ts = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "sandbox_razorpayx_payouts"
+        indexes = [models.Index(fields=["next_step_ts"])]
+
+
+class PayoutIdempotencyKey(models.Model):
+    """One ``X-Payout-Idempotency`` key (NOTES §2.5): the canonical hash of the first body
+    sent with it and, once created, its payout. ``in_flight`` while the first request has
+    not answered yet (a concurrent duplicate then gets 409)."""
+
+    key = models.CharField(primary_key=True, max_length=36)
+    request_hash = models.CharField(max_length=64)
+    payout = models.OneToOneField(Payout, null=True, on_delete=models.CASCADE,
+                                  related_name="idempotency")
+    in_flight = models.BooleanField(default=True)
+    created_ts = models.DateTimeField()
+
+    class Meta:
+        db_table = "sandbox_razorpayx_idempotency_keys"

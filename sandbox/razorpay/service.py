@@ -1,12 +1,18 @@
 """Hooks of the Razorpay stand-in for ``sandbox.registry``.
 
-- ``background(stop)``: the webhook delivery loop (and the late captures of fault
-  ``razorpay.payment_failed_then_captured``), until ``stop`` is set;
+- ``background(stop)``: the webhook delivery loop, the late captures of fault
+  ``razorpay.payment_failed_then_captured`` and the RazorpayX payout life cycle (settle,
+  reverse), until ``stop`` is set;
 - ``reset()``: empty the stand-in's tables.
 
 Fault switches of this stand-in (``sandbox.control.faults``), documented in
 ``sandbox.razorpay.payins``: ``razorpay.webhook_replay``, ``razorpay.webhook_lose``,
-``razorpay.webhook_reorder``, ``razorpay.payment_failed_then_captured``.
+``razorpay.webhook_reorder``, ``razorpay.payment_failed_then_captured``; and in
+``sandbox.razorpay.payouts``: ``razorpayx.settle_delay``,
+``razorpayx.payout_stuck_processing``, ``razorpayx.processed_then_reversed``,
+``razorpayx.fail_payout``, ``razorpayx.create_5xx_after_create``,
+``razorpayx.webhook_before_create_returns``, ``razorpayx.webhook_duplicate``,
+``razorpayx.webhook_reorder``, ``razorpayx.webhook_lose``.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.db import DatabaseError, connections
 
-from sandbox.razorpay import payins, webhooks
+from sandbox.razorpay import payins, payouts, webhooks
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +32,13 @@ SENDERS = 8  # concurrent deliveries (fault razorpay.webhook_replay with concurr
 
 
 def background(stop: threading.Event) -> None:
-    """Deliver due webhooks and run due late captures until ``stop`` is set."""
+    """Deliver due webhooks, run due late captures and payout steps until ``stop`` is set."""
     with ThreadPoolExecutor(max_workers=SENDERS, thread_name_prefix="razorpay-webhook") as pool:
         try:
             while not stop.is_set():
                 try:
                     payins.capture_due_late_payments()
+                    payouts.advance_due()
                     webhooks.dispatch_due(pool)
                 except DatabaseError:
                     # The database went away or the tables were being reset: reconnect on
@@ -45,5 +52,7 @@ def background(stop: threading.Event) -> None:
 
 
 def reset() -> None:
-    """Empty orders, payments, webhook events and deliveries."""
+    """Empty contacts, fund accounts, payouts, idempotency keys, orders, payments, webhook
+    events and deliveries."""
+    payouts.reset()
     payins.reset()

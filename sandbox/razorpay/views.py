@@ -1,9 +1,10 @@
-"""HTTP surface of the Razorpay stand-in: thin views over ``payins`` and ``webhooks``.
+"""HTTP surface of the Razorpay stand-in: thin views over ``payins``, ``payouts`` and
+``webhooks``.
 
 ``/razorpay/v1/...`` answers like ``https://api.razorpay.com/v1/...`` (HTTP Basic
 ``RAZORPAY_KEY_ID:RAZORPAY_KEY_SECRET``, Razorpay error bodies, 401 on bad auth).
-``/razorpay/sandbox/...`` is sandbox-only: the checkout page and its pay action, and the
-webhook deliveries for tests.
+``/razorpay/sandbox/...`` is sandbox-only: the checkout page and its pay action, the
+webhook deliveries for tests, and the payout listing and hand settlement.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 
-from sandbox.razorpay import payins, webhooks
+from sandbox.razorpay import payins, payouts, webhooks
 from sandbox.razorpay.common import RazorpayError, check_basic_auth
 from sandbox.razorpay.models import WebhookEvent
 
@@ -91,6 +92,48 @@ def payment(request, payment_id: str):
     return JsonResponse(payins.get_payment(payment_id))
 
 
+@_api("POST")
+def contacts(request):
+    """``POST /v1/contacts`` (RazorpayX, NOTES §2.2)."""
+    return JsonResponse(payouts.create_contact(data=_json_body(request)))
+
+
+@_api("GET")
+def contact(request, contact_id: str):
+    return JsonResponse(payouts.get_contact(contact_id))
+
+
+@_api("POST")
+def fund_accounts(request):
+    """``POST /v1/fund_accounts`` (RazorpayX, NOTES §2.3)."""
+    return JsonResponse(payouts.create_fund_account(data=_json_body(request)))
+
+
+@_api("GET")
+def fund_account(request, fund_account_id: str):
+    return JsonResponse(payouts.get_fund_account(fund_account_id))
+
+
+@_api("GET", "POST")
+def payouts_view(request):
+    """``POST /v1/payouts`` with ``X-Payout-Idempotency`` creates (NOTES §2.4, §2.5; the key
+    is checked before the body); ``GET /v1/payouts?account_number=&reference_id=&count=
+    &skip=...`` lists (NOTES §2.9)."""
+    if request.method == "POST":
+        key = payouts.check_idempotency_key(request.headers.get(payouts.IDEMPOTENCY_HEADER))
+        return payouts.create_payout(idempotency_key=key, data=_json_body(request))
+    return JsonResponse(payouts.list_payouts(
+        params=request.GET,
+        count=_int_param(request, "count", 10, 100),
+        skip=_int_param(request, "skip", 0, 10**9),
+    ))
+
+
+@_api("GET")
+def payout(request, payout_id: str):
+    return JsonResponse(payouts.get_payout(payout_id))
+
+
 @_api("GET", "POST", "PUT", "PATCH", "DELETE")
 def v1_not_found(request, rest: str = ""):
     raise _url_not_found()
@@ -138,3 +181,31 @@ def webhook_redeliver(request):
     except WebhookEvent.DoesNotExist:
         raise RazorpayError("The id provided does not exist", field="event_id")
     return JsonResponse(webhooks.describe(delivery))
+
+
+@_api("GET", auth=False)
+def sandbox_payouts(request):
+    """``GET /razorpay/sandbox/payouts[?reference_id=&status=&idempotency_key=
+    &fund_account_id=]``: every payout, oldest first, as ``{"count": N, "payouts": [row, ...]}``
+    (row: ``payouts.describe``)."""
+    items = payouts.sandbox_listing(
+        reference_id=request.GET.get("reference_id"),
+        status=request.GET.get("status"),
+        idempotency_key=request.GET.get("idempotency_key"),
+        fund_account_id=request.GET.get("fund_account_id"),
+    )
+    return JsonResponse({"count": len(items), "payouts": items})
+
+
+@_api("POST", auth=False)
+def sandbox_payout_settle(request, payout_id: str):
+    """``POST /razorpay/sandbox/payouts/{id}/settle {"status": ..., "reason": ...}``."""
+    return JsonResponse(payouts.settle(payout_id=payout_id, data=_json_body(request)))
+
+
+@_api("POST", auth=False)
+def sandbox_payouts_reset(request):
+    """``POST /razorpay/sandbox/payouts/reset``: empty the RazorpayX tables and the payout
+    webhooks only (``/sandbox/reset`` empties the whole world)."""
+    payouts.reset()
+    return JsonResponse({"reset": True})

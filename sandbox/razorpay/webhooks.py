@@ -1,9 +1,9 @@
 """Webhook outbox of the Razorpay stand-in: signed, at-least-once, independent events.
 
-Shared by pay-ins (target ``payments``) and, later, RazorpayX payouts (target
-``payouts``): a caller builds the payload entities and calls :func:`enqueue` inside its
-own ``transaction.atomic(using="sandbox")``; the background loop (:func:`dispatch_due`)
-delivers.
+Shared by pay-ins (target ``payments``) and RazorpayX payouts (target ``payouts``,
+``sandbox.razorpay.payouts``): a caller builds the payload entities and calls
+:func:`enqueue` inside its own ``transaction.atomic(using="sandbox")``; the background loop
+(:func:`dispatch_due`) delivers.
 
 What a delivery looks like (NOTES §1.4, §1.5; docs ``webhooks/validate-test``,
 ``webhooks/best-practices``):
