@@ -84,9 +84,14 @@ def _pg_run_kwargs() -> dict:
     ensure_folder_permissions(POSTGRES_BIN_PATH, readable | stat.S_IXGRP | stat.S_IXOTH)
     ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", readable)
     entry = pwd.getpwnam(PG_SYSTEM_USER)
-    for path in [PG_DATA, *PG_DATA.rglob("*")]:
-        if path.stat().st_uid != entry.pw_uid:
-            os.chown(path, entry.pw_uid, entry.pw_gid)
+    if PG_DATA.stat().st_uid != entry.pw_uid:
+        # First use (or a copied folder): hand the whole data folder to that user. A
+        # running server's files are already its own, so this never races with it.
+        for path in [PG_DATA, *PG_DATA.rglob("*")]:
+            try:
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+            except FileNotFoundError:
+                continue
     return {"user": entry.pw_uid, "group": entry.pw_gid}
 
 

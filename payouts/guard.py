@@ -67,6 +67,7 @@ def payout_claim(*, request: WithdrawalRequest) -> WithdrawalPayout | None:
             payout = WithdrawalPayout.objects.create(
                 transaction_id=request.transaction_id, status=Status.PROCESSING,
                 amount_paise=request.amount_out_paise, fund_account_id=request.fund_account_id,
+                mode="UPI" if request.beneficiary_type == "vpa" else "IMPS",
                 provider=provider().name)
             PayoutAttempt.objects.create(payout=payout, number=1,
                                          idempotency_key=uuid.uuid4())
@@ -166,7 +167,7 @@ def _disburse(payout: WithdrawalPayout, attempt: PayoutAttempt) -> WithdrawalPay
     result: DisburseResult = provider().disburse(
         fund_account_id=payout.fund_account_id, amount_paise=payout.amount_paise,
         reference=payout.transaction_id, idempotency_key=str(attempt.idempotency_key),
-        narration=NARRATION)
+        narration=NARRATION, mode=payout.mode)
     crash_point("after_provider_call")
     if result.kind == "accepted":
         _record(payout, attempt, result.payout)
@@ -241,7 +242,7 @@ def _unguarded_payout(request: WithdrawalRequest) -> WithdrawalPayout:
     result = provider().disburse(
         fund_account_id=request.fund_account_id, amount_paise=request.amount_out_paise,
         reference=request.transaction_id, idempotency_key=str(uuid.uuid4()),
-        narration=NARRATION)
+        narration=NARRATION, mode="UPI" if request.beneficiary_type == "vpa" else "IMPS")
     crash_point("after_provider_call")
     state = result.payout
     payout, _ = WithdrawalPayout.objects.update_or_create(

@@ -67,6 +67,7 @@ class WithdrawalPayout(models.Model):
     amount_paise = models.BigIntegerField()
     currency = models.CharField(max_length=3, default="INR")
     fund_account_id = models.CharField(max_length=40)
+    mode = models.CharField(max_length=8, default="IMPS")  # IMPS for banks, UPI for VPAs
     provider = models.CharField(max_length=20, default="razorpayx")
     provider_payout_id = models.CharField(max_length=40, blank=True, default="")
     reference = models.CharField(max_length=64, blank=True, default="")  # the UTR

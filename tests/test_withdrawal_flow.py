@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 @pytest.fixture
-def sandbox(clean_sandbox):
+def sbx(clean_sandbox):
     clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
     return clean_sandbox
 
@@ -74,15 +74,15 @@ def pay_and_wait_for_ap(wallet, pay, amount="10", **kw):
     wallet.pay(destination=pay["destination"], amount=amount, memo=pay["memo"], **kw)
 
 
-def test_happy_path_from_the_interactive_page_to_ap_completed_with_the_utr(sandbox):
-    wallet, transaction_id, pay = start_withdrawal(sandbox)
+def test_happy_path_from_the_interactive_page_to_ap_completed_with_the_utr(sbx):
+    wallet, transaction_id, pay = start_withdrawal(sbx)
     assert pay["destination"] == WithdrawalRequest.objects.get().destination
     assert ap(transaction_id)["status"] == "pending_user_transfer_start"
 
     pay_and_wait_for_ap(wallet, pay)
 
     assert settle(transaction_id).status == "completed"
-    payout = assert_paid_once(sandbox, transaction_id)
+    payout = assert_paid_once(sbx, transaction_id)
     assert PayoutAttempt.objects.get(payout=payout).provider_status == "processed"
     request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
     assert request.amount_out == (Decimal("10") - settings.WITHDRAW_FEE_USDC) * \
@@ -92,23 +92,27 @@ def test_happy_path_from_the_interactive_page_to_ap_completed_with_the_utr(sandb
 
 @pytest.mark.parametrize("crash_at", ["after_claim", "after_provider_call", "after_mark_paid",
                                       "after_ap_call"])
-def test_worker_killed_at_each_boundary_pays_once(sandbox, crash_at):
-    wallet, transaction_id, pay = start_withdrawal(sandbox)
+def test_worker_killed_at_each_boundary_pays_once(sbx, crash_at):
+    wallet, transaction_id, pay = start_withdrawal(sbx)
     pay_and_wait_for_ap(wallet, pay)
-    # The payout settles inside the create call, so every boundary is in one process.
-    sandbox.fault("razorpayx.webhook_before_create_returns", times=1)
     wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
+    if crash_at in ("after_mark_paid", "after_ap_call"):
+        # The worker itself must learn "processed" (by polling): no webhook tells us.
+        sbx.fault("razorpayx.webhook_lose", times=1)
+        assert run_manage("poll_withdrawals").returncode == 0
+        wait_for(lambda: sandbox_payouts(sbx, transaction_id)[0]["status"] == "processed",
+                 what="payout processed at the provider")
 
     killed = run_manage("poll_withdrawals", crash_at=crash_at)
 
     assert killed.returncode == -9, killed.stdout[-1000:] + killed.stderr[-2000:]
     settle(transaction_id)
-    assert_paid_once(sandbox, transaction_id)
+    assert_paid_once(sbx, transaction_id)
 
 
-def test_without_the_guard_a_killed_worker_pays_twice(sandbox, settings):
+def test_without_the_guard_a_killed_worker_pays_twice(sbx, settings):
     """The guard switched off once: a poller that trusts AP's status pays again."""
-    wallet, transaction_id, pay = start_withdrawal(sandbox)
+    wallet, transaction_id, pay = start_withdrawal(sbx)
     pay_and_wait_for_ap(wallet, pay)
     wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
     killed = run_manage("poll_withdrawals", crash_at="after_provider_call")
@@ -117,39 +121,39 @@ def test_without_the_guard_a_killed_worker_pays_twice(sandbox, settings):
 
     poller.poll_withdrawals()
 
-    assert len(sandbox_payouts(sandbox, transaction_id)) == 2
+    assert len(sandbox_payouts(sbx, transaction_id)) == 2
 
 
-def test_a_stale_pending_anchor_after_completion_pays_nothing_more(sandbox):
-    wallet, transaction_id, pay = start_withdrawal(sandbox)
+def test_a_stale_pending_anchor_after_completion_pays_nothing_more(sbx):
+    wallet, transaction_id, pay = start_withdrawal(sbx)
     pay_and_wait_for_ap(wallet, pay)
     settle(transaction_id)
-    sandbox.fault("ap.stale_status", transaction_ids=[transaction_id])
+    sbx.fault("ap.stale_status", transaction_ids=[transaction_id])
     assert ap(transaction_id)["status"] == "pending_anchor"  # AP now lies
 
     for _ in range(3):
         poller.poll_withdrawals()
 
-    assert len(sandbox_payouts(sandbox, transaction_id)) == 1
+    assert len(sandbox_payouts(sbx, transaction_id)) == 1
     assert WithdrawalPayout.objects.get(transaction_id=transaction_id).status == "completed"
 
 
-def test_duplicated_and_early_payout_webhooks_complete_once(sandbox):
-    sandbox.fault("razorpayx.webhook_duplicate", copies=3)
-    sandbox.fault("razorpayx.webhook_before_create_returns", times=1)
-    wallet, transaction_id, pay = start_withdrawal(sandbox)
+def test_duplicated_and_early_payout_webhooks_complete_once(sbx):
+    sbx.fault("razorpayx.webhook_duplicate", copies=3)
+    sbx.fault("razorpayx.webhook_before_create_returns", times=1)
+    wallet, transaction_id, pay = start_withdrawal(sbx)
     pay_and_wait_for_ap(wallet, pay)
 
     settle(transaction_id)
     time.sleep(0.5)
 
-    assert_paid_once(sandbox, transaction_id)
+    assert_paid_once(sbx, transaction_id)
     assert PayoutAttempt.objects.count() == 1
 
 
-def test_processed_then_reversed_lands_in_the_operators_queue(sandbox):
-    sandbox.fault("razorpayx.processed_then_reversed", after_s=0.3)
-    wallet, transaction_id, pay = start_withdrawal(sandbox)
+def test_processed_then_reversed_lands_in_the_operators_queue(sbx):
+    sbx.fault("razorpayx.processed_then_reversed", after_s=0.3)
+    wallet, transaction_id, pay = start_withdrawal(sbx)
     pay_and_wait_for_ap(wallet, pay)
     settle(transaction_id)
 
@@ -161,13 +165,13 @@ def test_processed_then_reversed_lands_in_the_operators_queue(sandbox):
     payout = WithdrawalPayout.objects.get(transaction_id=transaction_id)
     assert payout.status == "reversed"  # never retried by itself
     assert "reversed" in payout.last_error
-    assert len(sandbox_payouts(sandbox, transaction_id)) == 1
+    assert len(sandbox_payouts(sbx, transaction_id)) == 1
     assert ap(transaction_id)["status"] == "completed"  # AP cannot show it (final)
 
 
-def test_5xx_after_create_recovers_with_the_same_key(sandbox):
-    sandbox.fault("razorpayx.create_5xx_after_create", times=1)
-    wallet, transaction_id, pay = start_withdrawal(sandbox)
+def test_5xx_after_create_recovers_with_the_same_key(sbx):
+    sbx.fault("razorpayx.create_5xx_after_create", times=1)
+    wallet, transaction_id, pay = start_withdrawal(sbx)
     pay_and_wait_for_ap(wallet, pay)
     wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
 
@@ -176,11 +180,11 @@ def test_5xx_after_create_recovers_with_the_same_key(sandbox):
     assert (first.status, first.provider_payout_id) == ("processing", "")
 
     settle(transaction_id)
-    assert_paid_once(sandbox, transaction_id)
+    assert_paid_once(sbx, transaction_id)
     assert PayoutAttempt.objects.filter(payout=first).count() == 1
 
 
-def review_without_payout(sandbox, transaction_id, reason_part):
+def review_without_payout(sbx, transaction_id, reason_part):
     for _ in range(6):
         poller.poll_withdrawals()
         time.sleep(0.3)
@@ -188,21 +192,21 @@ def review_without_payout(sandbox, transaction_id, reason_part):
     assert request.status == "manual_review", request.review_reason
     assert reason_part in request.review_reason
     assert request.chain_evidence  # what was found on chain, for the operator
-    assert sandbox_payouts(sandbox, transaction_id) == []
+    assert sandbox_payouts(sbx, transaction_id) == []
     assert not WithdrawalPayout.objects.filter(transaction_id=transaction_id).exists()
 
 
-def test_wrong_asset_with_the_right_memo_is_never_paid(sandbox):
-    wallet, transaction_id, pay = start_withdrawal(sandbox)
+def test_wrong_asset_with_the_right_memo_is_never_paid(sbx):
+    wallet, transaction_id, pay = start_withdrawal(sbx)
 
     pay_and_wait_for_ap(wallet, pay, asset=Asset.native())
 
     wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="AP accepts it")
-    review_without_payout(sandbox, transaction_id, "wrong asset")
+    review_without_payout(sbx, transaction_id, "wrong asset")
 
 
-def test_a_short_payment_waits_its_grace_then_goes_to_review(sandbox):
-    wallet, transaction_id, pay = start_withdrawal(sandbox)
+def test_a_short_payment_waits_its_grace_then_goes_to_review(sbx):
+    wallet, transaction_id, pay = start_withdrawal(sbx)
 
     pay_and_wait_for_ap(wallet, pay, amount="9.5")
 
@@ -210,73 +214,76 @@ def test_a_short_payment_waits_its_grace_then_goes_to_review(sandbox):
     assert WithdrawalRequest.objects.get(transaction_id=transaction_id).status == \
         "awaiting_funds"
     time.sleep(settings.WITHDRAW_SHORT_GRACE_S + 0.2)
-    review_without_payout(sandbox, transaction_id, "short")
+    review_without_payout(sbx, transaction_id, "short")
 
 
-def test_a_split_payment_5_plus_5_is_summed_and_paid_once(sandbox):
-    wallet, transaction_id, pay = start_withdrawal(sandbox)
+def test_a_split_payment_5_plus_5_is_summed_and_paid_once(sbx):
+    wallet, transaction_id, pay = start_withdrawal(sbx)
 
     pay_and_wait_for_ap(wallet, pay, amount="5")
     pay_and_wait_for_ap(wallet, pay, amount="5")
 
     settle(transaction_id)
-    assert_paid_once(sandbox, transaction_id)
+    assert_paid_once(sbx, transaction_id)
     assert WithdrawalRequest.objects.get(transaction_id=transaction_id).received_amount == 10
 
 
-def test_excess_decimals_on_a_2_decimal_asset_is_never_paid(sandbox, settings):
+def test_excess_decimals_on_a_2_decimal_asset_is_never_paid(sbx, settings):
     asset = f"stellar:{settings.STELLAR_USDC_CODE}:{settings.STELLAR_USDC_ISSUER}"
-    sandbox.fault("ap.asset_decimals", asset=asset, decimals=2)
+    sbx.fault("ap.asset_decimals", asset=asset, decimals=2)
     settings.WITHDRAW_ASSET_DECIMALS = 2
-    wallet, transaction_id, pay = start_withdrawal(sandbox)
+    wallet, transaction_id, pay = start_withdrawal(sbx)
 
     pay_and_wait_for_ap(wallet, pay, amount="10.1234567")
 
     time.sleep(0.5)
     assert ap(transaction_id)["status"] == "pending_user_transfer_start"  # AP stuck
-    review_without_payout(sandbox, transaction_id, "decimals")
+    review_without_payout(sbx, transaction_id, "decimals")
 
 
-def test_two_withdrawals_sharing_one_memo_are_never_paid(sandbox):
-    sandbox.fault("ap.next_withdraw_memo", times=2, memo="424242")
-    wallet, first, pay = start_withdrawal(sandbox)
-    _, second, pay2 = start_withdrawal(sandbox)
+def test_two_withdrawals_sharing_one_memo_are_never_paid(sbx):
+    sbx.fault("ap.next_withdraw_memo", times=2, memo="424242")
+    wallet, first, pay = start_withdrawal(sbx)
+    _, second, pay2 = start_withdrawal(sbx)
     assert pay["memo"] == pay2["memo"] == "424242"
 
     pay_and_wait_for_ap(wallet, pay)
 
-    review_without_payout(sandbox, first, "memo shared")
-    assert sandbox_payouts(sandbox, second) == []
+    review_without_payout(sbx, first, "memo shared")
+    assert sandbox_payouts(sbx, second) == []
 
 
-def test_a_memo_id_above_2_63_round_trips(sandbox):
-    sandbox.fault("ap.next_withdraw_memo", times=1, memo="18446744073709551615")
-    wallet, transaction_id, pay = start_withdrawal(sandbox)
+def test_a_memo_id_above_2_63_round_trips(sbx):
+    sbx.fault("ap.next_withdraw_memo", times=1, memo="18446744073709551615")
+    wallet, transaction_id, pay = start_withdrawal(sbx)
     assert pay["memo"] == "18446744073709551615"
 
     pay_and_wait_for_ap(wallet, pay)
 
     settle(transaction_id)
-    assert_paid_once(sandbox, transaction_id)
+    assert_paid_once(sbx, transaction_id)
 
 
-def test_a_wallet_paying_from_a_muxed_address(sandbox):
-    wallet = Wallet(sandbox)
+def test_a_wallet_paying_from_a_muxed_address(sbx):
+    wallet = Wallet(sbx)
     wallet.fund_usdc("100")
     transaction_id, url = wallet.start_withdrawal(account=wallet.muxed(77))
-    pay = Customer(sandbox).submit_withdrawal(url, "10", method="vpa", vpa="asha@okhdfc")
+    pay = Customer(sbx).submit_withdrawal(url, "10", method="vpa", vpa="asha@okhdfc")
     assert ap(transaction_id)["source_account"].startswith("M")
 
     wallet.pay(destination=pay["destination"], amount="10", memo=pay["memo"], muxed_id=77)
 
     settle(transaction_id)
-    assert_paid_once(sandbox, transaction_id)
+    request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
+    assert request.status != "manual_review", (request.review_reason, request.chain_evidence)
+    assert_paid_once(sbx, transaction_id)
+    assert WithdrawalPayout.objects.get(transaction_id=transaction_id).mode == "UPI"
 
 
-def test_a_forged_payout_webhook_changes_nothing(sandbox, client):
-    wallet, transaction_id, pay = start_withdrawal(sandbox)
+def test_a_forged_payout_webhook_changes_nothing(sbx, client):
+    wallet, transaction_id, pay = start_withdrawal(sbx)
     pay_and_wait_for_ap(wallet, pay)
-    sandbox.fault("razorpayx.payout_stuck_processing")
+    sbx.fault("razorpayx.payout_stuck_processing")
     settle(transaction_id, rounds=3)
     payout = WithdrawalPayout.objects.get(transaction_id=transaction_id)
     assert payout.status == "processing"

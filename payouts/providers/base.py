@@ -72,8 +72,9 @@ class PayoutProvider(Protocol):
         """Create (or find) the contact and fund account; returns their ids."""
 
     def disburse(self, *, fund_account_id: str, amount_paise: int, reference: str,
-                 idempotency_key: str, narration: str) -> DisburseResult:
-        """Create the payout under ``idempotency_key`` (same key and body on a retry)."""
+                 idempotency_key: str, narration: str, mode: str) -> DisburseResult:
+        """Create the payout under ``idempotency_key`` (same key and body on a retry).
+        mode: IMPS / NEFT / RTGS for bank accounts, UPI for VPAs (NOTES §2.4)."""
 
     def find_by_reference(self, reference: str) -> list[ProviderPayout]:
         """Every payout the provider holds under our ``reference``."""
