@@ -1,6 +1,7 @@
 # make run  - the whole system (web, worker, beat, sandbox) on embedded PostgreSQL and Redis
 # make test - the test suite against the same embedded services
 # make demo - N deposits through the sandbox with faults on; prints a summary line
+# make bench - the saga engine vs DBOS Transact and pgbench on the embedded PostgreSQL
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -24,6 +25,10 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(DEV) run -- $(BIN)/python manage.py demo $(DEMO_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/pip install --quiet -r requirements-bench.txt
+	$(DEV) run -- $(BIN)/python bench/saga_bench.py $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -16,4 +16,5 @@ def periodic_tasks() -> list[tuple[str, str, float]]:
         ("expire abandoned deposits", "anchor.tasks.expire_abandoned_deposits",
          settings.DEPOSIT_EXPIRY_PERIOD_S),
         ("withdrawal poller", "payouts.tasks.poll_withdrawals", settings.WITHDRAW_POLL_PERIOD_S),
+        ("resume due sagas", "sagas.tasks.resume_sagas", settings.SAGA_RESUME_PERIOD_S),
     ]

@@ -243,3 +243,22 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
 }
+
+# --- Sagas and ledger ---
+# Lease of a saga run (DESIGN.md §6, the seed's 120 s); every fenced commit renews it.
+SAGA_LEASE_S = env.float("SAGA_LEASE_S", default=120.0)
+# Beat sweep: resumes open sagas whose lease lapsed or whose retry/pending is due.
+SAGA_RESUME_PERIOD_S = env.float("SAGA_RESUME_PERIOD_S", default=30.0)
+SAGA_RESUME_BATCH = env.int("SAGA_RESUME_BATCH", default=500)
+# Legs that do not set their own: attempts per step, first retry delay (doubling).
+SAGA_DEFAULT_MAX_ATTEMPTS = env.int("SAGA_DEFAULT_MAX_ATTEMPTS", default=5)
+SAGA_DEFAULT_BACKOFF_MS = env.int("SAGA_DEFAULT_BACKOFF_MS", default=1000)
+SAGA_BACKOFF_MAX_S = env.float("SAGA_BACKOFF_MAX_S", default=300.0)
+# Takeovers of an unreleased lease before a saga stops in manual_review.
+SAGA_MAX_RECOVERIES = env.int("SAGA_MAX_RECOVERIES", default=20)
+# Test-only switches (never from the environment): False shows what each protection
+# prevents. Fencing: commits ignore the fence. Reverse: compensate first-to-last.
+# Step keys: bookings keyed per attempt instead of per step.
+SAGA_FENCING = True
+SAGA_COMPENSATE_IN_REVERSE = True
+SAGA_STEP_KEYS = True

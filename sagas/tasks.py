@@ -1,0 +1,38 @@
+"""Celery tasks for sagas: thin, id-based, safe to run twice (STYLE.md).
+
+``run_saga`` is enqueued after the commit that makes a saga due (start, a retry, a
+wait); ``resume_sagas`` (beat, every SAGA_RESUME_PERIOD_S) re-enqueues every open saga
+that is due and not leased, so a run lost with a SIGKILLed worker (its ``acks_late``
+message invisible until Redis's visibility timeout) is picked up by the sweep, never by
+waiting for redelivery (DESIGN.md §6)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+from celery import shared_task
+
+from sagas import engine
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(bind=True, acks_late=True)
+def run_saga(self, saga_id: int) -> str | None:
+    """Drive one saga. The worker id is unique per task execution, so two deliveries of
+    the same message never share a lease."""
+    worker = f"celery:{socket.gethostname()}:{os.getpid()}:{self.request.id}"
+    result = engine.run(saga_id, worker)
+    return result.status
+
+
+@shared_task
+def resume_sagas() -> int:
+    ids = engine.resume_due()
+    for saga_id in ids:
+        run_saga.apply_async(kwargs={"saga_id": saga_id})
+    if ids:
+        log.info("resumed %d due sagas", len(ids))
+    return len(ids)
