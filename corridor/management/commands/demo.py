@@ -43,6 +43,8 @@ DEMO_TIMINGS = {
     "SANDBOX_SUBMISSION_TIMEOUT_S": "3", "SANDBOX_EVENT_BACKOFF_START_S": "0.2",
     "SANDBOX_EVENT_BACKOFF_MAX_S": "2", "SANDBOX_WEBHOOK_BACKOFF_S": "0.5",
     "STELLAR_SUBMIT_TIMEOUT_S": "10", "LOG_LEVEL": "WARNING",
+    "WITHDRAW_POLL_PERIOD_S": "2", "WITHDRAW_SHORT_GRACE_S": "30",
+    "PAYOUT_UNKNOWN_REVIEW_S": "120",
 }
 
 
@@ -169,6 +171,10 @@ class _Demo:
             wallets = self._drive(sandbox)
             self._settle(wallets)
             line = self._summary(sandbox, wallets, time.monotonic() - started)
+            withdrawals = self._drive_withdrawals(sandbox)
+            line = line.rstrip("\n").rsplit(" elapsed_s=", 1)[0] + " " + \
+                self._withdrawal_summary(sandbox, withdrawals) + \
+                f" elapsed_s={time.monotonic() - started:.1f}\n"
             fired = " ".join(f"{f['name']}={f['fired']}" for f in
                              sandbox.http.get("/sandbox/faults").json()["faults"])
             self.say(f"demo: faults fired: {fired}\n")
@@ -176,6 +182,80 @@ class _Demo:
             self.stop_all()
         self.say(line)
         return 0
+
+    def _drive_withdrawals(self, sandbox) -> list[str]:
+        """N withdrawals paid on chain by their wallets, with faults: one poller process
+        SIGKILLed right after its provider call, one payout processed then reversed,
+        and AP's statuses gone stale (pending_anchor) once they completed."""
+        from django_celery_beat.models import PeriodicTask
+
+        from sandbox.drivers import Customer, Wallet
+
+        poller = PeriodicTask.objects.filter(task="payouts.tasks.poll_withdrawals")
+        poller.update(enabled=False)
+        sandbox.fault("razorpayx.processed_then_reversed", times=1, after_s=1)
+        sandbox.fault("razorpayx.settle_delay", seconds=0.5)
+
+        def one(i: int) -> str:
+            wallet = Wallet(sandbox)
+            wallet.fund_usdc("100")
+            transaction_id, url = wallet.start_withdrawal()
+            pay = Customer(sandbox).submit_withdrawal(url, str(10 + i))
+            wallet.pay(destination=pay["destination"], amount=str(10 + i), memo=pay["memo"])
+            return transaction_id
+
+        with ThreadPoolExecutor(max_workers=5) as pool:
+            ids = list(pool.map(one, range(self.n)))
+        self.say(f"demo: {self.n} withdrawals paid on chain; polling\n")
+        time.sleep(2)  # AP's observer sees the payments
+        doomed = subprocess.run([sys.executable, "manage.py", "poll_withdrawals"], cwd=ROOT,
+                                env={**os.environ, **self.env,
+                                     "CORRIDOR_CRASH_AT": "after_provider_call"},
+                                capture_output=True, text=True, timeout=120)
+        self.poller_killed = doomed.returncode == -signal.SIGKILL
+        poller.update(enabled=True)
+        PeriodicTask.objects.filter(pk__in=poller.values("pk")).update(
+            last_run_at=None)  # nudge the database scheduler
+        self._settle_withdrawals(ids)
+        sandbox.fault("ap.stale_status")  # AP now shows pending_anchor for everything
+        time.sleep(6)  # a few more poller periods on stale statuses
+        sandbox.http.delete("/sandbox/faults")
+        return ids
+
+    def _settle_withdrawals(self, ids: list[str]) -> None:
+        from payouts.models import WithdrawalPayout, WithdrawalRequest
+
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            done = 0
+            for transaction_id in ids:
+                payout = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
+                review = WithdrawalRequest.objects.filter(
+                    transaction_id=transaction_id, status="manual_review").exists()
+                done += review or (payout is not None and (
+                    payout.status in ("reversed", "manual_review", "failed")
+                    or (payout.status == "completed" and payout.ap_completed_at)))
+            if done == len(ids):
+                time.sleep(2)  # the late reversal
+                return
+            time.sleep(1)
+
+    def _withdrawal_summary(self, sandbox, ids: list[str]) -> str:
+        from payouts.models import WithdrawalPayout
+
+        payouts = sandbox.http.get("/razorpay/sandbox/payouts").json()["payouts"]
+        per_reference: dict[str, int] = {}
+        for payout in payouts:
+            per_reference[payout["reference_id"]] = per_reference.get(payout["reference_id"],
+                                                                      0) + 1
+        double = sum(max(0, per_reference.get(t, 0) - 1) for t in ids)
+        rows = WithdrawalPayout.objects.filter(transaction_id__in=ids)
+        killed = "yes" if getattr(self, "poller_killed", False) else "no"
+        self.say(f"demo: poller killed after its provider call: {killed}\n")
+        return (f"withdrawals={len(ids)} "
+                f"withdrawals_completed={rows.filter(status='completed').count()} "
+                f"payouts_reversed={rows.filter(status='reversed').count()} "
+                f"double_payouts={double}")
 
     def _worker_argv(self, name: str, concurrency: int) -> list[str]:
         return [sys.executable, "-m", "celery", "-A", "corridor", "worker", "--pool", "threads",
