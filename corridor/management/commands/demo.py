@@ -219,7 +219,6 @@ class _Demo:
         self._settle_withdrawals(ids)
         sandbox.fault("ap.stale_status")  # AP now shows pending_anchor for everything
         time.sleep(6)  # a few more poller periods on stale statuses
-        sandbox.http.delete("/sandbox/faults")
         return ids
 
     def _settle_withdrawals(self, ids: list[str]) -> None:
