@@ -244,7 +244,8 @@ def memo_as_string(tx: dict) -> tuple[str, str | None]:
             data = (tx.get("memo") or "").encode()
         if not data:
             return memo_type, None
-        return memo_type, data.decode("utf-8", errors="replace")
+        # PostgreSQL text cannot hold NUL; such a memo can match no stored memo anyway.
+        return memo_type, data.decode("utf-8", errors="replace").replace("\x00", "")
     try:
         return memo_type, base64.b64decode(tx.get("memo") or "").hex()
     except (binascii.Error, ValueError):
@@ -397,7 +398,13 @@ class Observer:
                     return handled
                 if record.get("type") in PAYMENT_TYPES and (
                         record.get("to") in accounts or record.get("from") in accounts):
-                    handle_payment(record)
+                    try:
+                        handle_payment(record)
+                    except Reset:
+                        raise
+                    except Exception:  # AP logs a failed payment and moves on
+                        log.exception("observer: payment %s not handled",
+                                      record.get("paging_token"))
                     handled += 1
                 cursor = str(record["paging_token"])
                 save_cursor(cursor, epoch)  # HorizonPaymentObserver: in ``finally``
