@@ -12,6 +12,7 @@ from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal, InvalidOperation
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
+from structlog.contextvars import bound_contextvars
 
 from anchor import platform
 from anchor import razorpay as rzp
@@ -83,28 +84,29 @@ def deposit_submit(*, transaction_id: str, amount_in: Decimal) -> DepositOrder:
     pending_user_transfer_start, NOTES §4.3). A repeat (reload, replayed token, double
     click) returns the stored order and makes no second request.
     Raises DepositStateError, rzp.RazorpayError, platform errors."""
-    with transaction.atomic():
-        _xact_lock(f"deposit_submit:{transaction_id}")
-        order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
-        if order is None:
-            ap_tx = platform.get_transaction(transaction_id)
-            if ap_tx is None or ap_tx.get("kind") != "deposit":
-                raise DepositStateError("This deposit does not exist.")
-            if ap_tx["status"] != "incomplete":
-                raise DepositStateError(f"This deposit is already {ap_tx['status']}.")
-            q = quote(amount_in)
-            paise = rzp.rupees_to_paise(q.amount_in)
-            created = rzp.create_order(amount_paise=paise, currency="INR",
-                                       receipt=transaction_id,
-                                       notes={"transaction_id": transaction_id})
-            order = DepositOrder.objects.create(
-                transaction_id=transaction_id, order_id=created["id"], amount_in=q.amount_in,
-                amount_in_paise=paise, fee=q.fee, amount_out=q.amount_out, rate=q.rate)
-    if order.funds_requested_at is None:
-        _request_offchain_funds(order)
-        DepositOrder.objects.filter(pk=order.pk).update(funds_requested_at=timezone.now())
-        order.refresh_from_db()
-    return order
+    with bound_contextvars(transaction_id=transaction_id):
+        with transaction.atomic():
+            _xact_lock(f"deposit_submit:{transaction_id}")
+            order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
+            if order is None:
+                ap_tx = platform.get_transaction(transaction_id)
+                if ap_tx is None or ap_tx.get("kind") != "deposit":
+                    raise DepositStateError("This deposit does not exist.")
+                if ap_tx["status"] != "incomplete":
+                    raise DepositStateError(f"This deposit is already {ap_tx['status']}.")
+                q = quote(amount_in)
+                paise = rzp.rupees_to_paise(q.amount_in)
+                created = rzp.create_order(amount_paise=paise, currency="INR",
+                                           receipt=transaction_id,
+                                           notes={"transaction_id": transaction_id})
+                order = DepositOrder.objects.create(
+                    transaction_id=transaction_id, order_id=created["id"], amount_in=q.amount_in,
+                    amount_in_paise=paise, fee=q.fee, amount_out=q.amount_out, rate=q.rate)
+        if order.funds_requested_at is None:
+            _request_offchain_funds(order)
+            DepositOrder.objects.filter(pk=order.pk).update(funds_requested_at=timezone.now())
+            order.refresh_from_db()
+        return order
 
 
 def _request_offchain_funds(order: DepositOrder) -> None:
@@ -138,66 +140,70 @@ def payment_record(*, payment: dict) -> str:
     order = DepositOrder.objects.filter(order_id=order_id).first()
     if order is None:
         return "unknown_order"
-    if payment.get("status") != "captured":
-        return "not_captured"
-    amount = payment.get("amount")
-    if not isinstance(amount, int) or isinstance(amount, bool) or amount != order.amount_in_paise:
-        log.warning("payment %s amount %r != order %s paise %s", payment.get("id"), amount,
-                    order_id, order.amount_in_paise)
-        return "amount_mismatch"
-    if payment.get("currency") != order.currency:
-        return "currency_mismatch"
-    created = payment.get("created_at")
-    captured_at = datetime.fromtimestamp(created, UTC) if isinstance(created, int) \
-        else timezone.now()
-    from anchor import tasks
+    with bound_contextvars(transaction_id=order.transaction_id):
+        if payment.get("status") != "captured":
+            return "not_captured"
+        amount = payment.get("amount")
+        if not isinstance(amount, int) or isinstance(amount, bool) or \
+                amount != order.amount_in_paise:
+            log.warning("payment %s amount %r != order %s paise %s", payment.get("id"), amount,
+                        order_id, order.amount_in_paise)
+            return "amount_mismatch"
+        if payment.get("currency") != order.currency:
+            return "currency_mismatch"
+        created = payment.get("created_at")
+        captured_at = datetime.fromtimestamp(created, UTC) if isinstance(created, int) \
+            else timezone.now()
+        from anchor import tasks
 
-    try:
-        with transaction.atomic():
-            DepositPayment.objects.create(
-                payment_id=payment["id"], order_id=order_id,
-                transaction_id=order.transaction_id, amount_paise=amount,
-                currency=payment["currency"], method=payment.get("method") or "",
-                captured_at=captured_at)
-            DepositOrder.objects.filter(pk=order.pk).update(status=DepositOrder.Status.PAID)
-            transaction.on_commit(
-                lambda: tasks.deposit_funds_received.delay(order.transaction_id))
-    except IntegrityError:
-        existing = DepositPayment.objects.filter(transaction_id=order.transaction_id).first()
-        if existing is not None and existing.payment_id != payment["id"]:
-            log.error("second captured payment %s for deposit %s (first %s): refund by hand",
-                      payment["id"], order.transaction_id, existing.payment_id)
-            return "second_payment"
-        return "duplicate"
-    return "recorded"
+        try:
+            with transaction.atomic():
+                DepositPayment.objects.create(
+                    payment_id=payment["id"], order_id=order_id,
+                    transaction_id=order.transaction_id, amount_paise=amount,
+                    currency=payment["currency"], method=payment.get("method") or "",
+                    captured_at=captured_at)
+                DepositOrder.objects.filter(pk=order.pk).update(status=DepositOrder.Status.PAID)
+                transaction.on_commit(
+                    lambda: tasks.deposit_funds_received.delay(order.transaction_id))
+        except IntegrityError:
+            existing = DepositPayment.objects.filter(transaction_id=order.transaction_id).first()
+            if existing is not None and existing.payment_id != payment["id"]:
+                log.error("second captured payment %s for deposit %s (first %s): refund by hand",
+                          payment["id"], order.transaction_id, existing.payment_id)
+                return "second_payment"
+            return "duplicate"
+        return "recorded"
 
 
 def funds_received(*, transaction_id: str) -> None:
     """``notify_offchain_funds_received`` for our recorded payment, then the release."""
-    notify_funds_received(transaction_id=transaction_id)
-    from anchor import releases
+    with bound_contextvars(transaction_id=transaction_id):
+        notify_funds_received(transaction_id=transaction_id)
+        from anchor import releases
 
-    releases.release_start(transaction_id=transaction_id)
+        releases.release_start(transaction_id=transaction_id)
 
 
 def notify_funds_received(*, transaction_id: str) -> None:
     """``notify_offchain_funds_received`` (external id = the Razorpay payment id), once:
     AP pending_user_transfer_start -> pending_anchor (NOTES §1.6)."""
-    payment = DepositPayment.objects.get(transaction_id=transaction_id)
-    if payment.ap_notified_at is None:
-        order = DepositOrder.objects.get(transaction_id=transaction_id)
-        platform.rpc_once(
-            "notify_offchain_funds_received",
-            {
-                "transaction_id": transaction_id,
-                "external_transaction_id": payment.payment_id,
-                "funds_received_at": payment.captured_at.isoformat().replace("+00:00", "Z"),
-                "amount_in": {"amount": format(order.amount_in, "f")},
-                "amount_out": {"amount": format(order.amount_out, "f")},
-                "fee_details": {"total": format(order.fee, "f"),
-                                "asset": settings.AP_FIAT_ASSET},
-            },
-            reached=lambda tx: tx.get("external_transaction_id") == payment.payment_id
-            and tx["status"] not in ("pending_user_transfer_start", "incomplete"),
-        )
-        DepositPayment.objects.filter(pk=payment.pk).update(ap_notified_at=timezone.now())
+    with bound_contextvars(transaction_id=transaction_id):
+        payment = DepositPayment.objects.get(transaction_id=transaction_id)
+        if payment.ap_notified_at is None:
+            order = DepositOrder.objects.get(transaction_id=transaction_id)
+            platform.rpc_once(
+                "notify_offchain_funds_received",
+                {
+                    "transaction_id": transaction_id,
+                    "external_transaction_id": payment.payment_id,
+                    "funds_received_at": payment.captured_at.isoformat().replace("+00:00", "Z"),
+                    "amount_in": {"amount": format(order.amount_in, "f")},
+                    "amount_out": {"amount": format(order.amount_out, "f")},
+                    "fee_details": {"total": format(order.fee, "f"),
+                                    "asset": settings.AP_FIAT_ASSET},
+                },
+                reached=lambda tx: tx.get("external_transaction_id") == payment.payment_id
+                and tx["status"] not in ("pending_user_transfer_start", "incomplete"),
+            )
+            DepositPayment.objects.filter(pk=payment.pk).update(ap_notified_at=timezone.now())

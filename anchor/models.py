@@ -1,7 +1,9 @@
 """Deposit-side tables (DESIGN.md §3). Table names are fixed by the design."""
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Now
 
 
 class DepositRelease(models.Model):
@@ -163,3 +165,52 @@ class SourceAccount(models.Model):
 
     def __str__(self) -> str:
         return self.address
+
+
+class ReleaseEvent(models.Model):
+    """Append-only audit of operator actions on a deposit release (the release-side
+    ``saga_events``): written in the same transaction as the change it records, naming
+    the operator and the note they gave (STYLE.md "one action, one transaction, one
+    audit row"). ``detail`` holds the evidence the action relied on (chain lookup,
+    old and new hash)."""
+
+    release = models.ForeignKey(DepositRelease, on_delete=models.PROTECT, related_name="events")
+    event = models.CharField(max_length=40)
+    detail = models.JSONField(default=dict, encoder=DjangoJSONEncoder)
+    operator = models.CharField(max_length=150)
+    note = models.TextField()
+    at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "deposit_release_events"
+        ordering = ["id"]
+        permissions = [
+            ("redrive_release", "Can re-drive a deposit release that is provably not on chain"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.release_id} {self.event} by {self.operator}"
+
+
+class ApTransactionEvent(models.Model):
+    """Append-only audit of operator actions on an AP transaction as such (for now:
+    expiring it before funds arrived), keyed by the AP transaction id because such a
+    transaction may have no row of ours at all."""
+
+    transaction_id = models.CharField(max_length=64, db_index=True)
+    kind = models.CharField(max_length=12, blank=True, default="")  # deposit | withdrawal
+    event = models.CharField(max_length=40)
+    detail = models.JSONField(default=dict, encoder=DjangoJSONEncoder)
+    operator = models.CharField(max_length=150)
+    note = models.TextField()
+    at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "ap_transaction_events"
+        ordering = ["id"]
+        permissions = [
+            ("expire_ap_transaction", "Can expire an AP transaction before any funds arrived"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.transaction_id} {self.event} by {self.operator}"

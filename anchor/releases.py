@@ -22,12 +22,14 @@ from __future__ import annotations
 import logging
 import zlib
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
+from structlog.contextvars import bound_contextvars
 
 from anchor import platform, stellar
 from anchor.crashpoints import crash_point
@@ -56,41 +58,43 @@ def release_start(*, transaction_id: str) -> DepositRelease | None:
     Returns the release (new or existing), or None when the deposit is waiting for a
     trustline. Raises ReleaseRefused, platform.PlatformError, stellar.HorizonUnavailable,
     stellar.NoChannelFree (callers retry these later)."""
-    existing = DepositRelease.objects.filter(transaction_id=transaction_id).first()
-    if existing is not None:
-        return existing
-    payment = DepositPayment.objects.filter(transaction_id=transaction_id).first()
-    if payment is None:
-        raise ReleaseRefused(f"{transaction_id}: no captured payment recorded by Corridor")
-    order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
-    if order is None:
-        raise ReleaseRefused(f"{transaction_id}: no deposit order")
-    ap_tx = platform.get_transaction(transaction_id)
-    if ap_tx is None or ap_tx.get("kind") != "deposit":
-        raise ReleaseRefused(f"{transaction_id}: AP has no such deposit")
-    if ap_tx["status"] != "pending_anchor":
-        raise ReleaseRefused(f"{transaction_id}: AP status is {ap_tx['status']}")
-    _check_ap_amount(ap_tx, order)
+    with bound_contextvars(transaction_id=transaction_id):
+        existing = DepositRelease.objects.filter(transaction_id=transaction_id).first()
+        if existing is not None:
+            return existing
+        payment = DepositPayment.objects.filter(transaction_id=transaction_id).first()
+        if payment is None:
+            raise ReleaseRefused(f"{transaction_id}: no captured payment recorded by Corridor")
+        order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
+        if order is None:
+            raise ReleaseRefused(f"{transaction_id}: no deposit order")
+        ap_tx = platform.get_transaction(transaction_id)
+        if ap_tx is None or ap_tx.get("kind") != "deposit":
+            raise ReleaseRefused(f"{transaction_id}: AP has no such deposit")
+        if ap_tx["status"] != "pending_anchor":
+            raise ReleaseRefused(f"{transaction_id}: AP status is {ap_tx['status']}")
+        _check_ap_amount(ap_tx, order)
 
-    destination = ap_tx.get("destination_account") or ""
-    memo_type = ap_tx.get("memo_type") or "none"
-    memo = ap_tx.get("memo") or ""
-    if destination.startswith("C"):
-        return _claim_for_review(order, destination, memo_type, memo,
-                                 "contract (C...) destination needs a token transfer; not built")
-    trust = stellar.has_trustline(destination, stellar.usdc())
-    if trust is None:
-        return _claim_for_review(order, destination, memo_type, memo,
-                                 "destination account does not exist on Stellar")
-    if trust is False:
-        _request_trust(transaction_id)
-        return None
-    release = release_claim(order=order, destination=destination, memo_type=memo_type,
-                            memo=memo)
-    if release is None:  # someone else claimed it first; they drive it
-        return DepositRelease.objects.get(transaction_id=transaction_id)
-    crash_point("after_claim")
-    return release_drive(release_id=release.pk)
+        destination = ap_tx.get("destination_account") or ""
+        memo_type = ap_tx.get("memo_type") or "none"
+        memo = ap_tx.get("memo") or ""
+        if destination.startswith("C"):
+            return _claim_for_review(
+                order, destination, memo_type, memo,
+                "contract (C...) destination needs a token transfer; not built")
+        trust = stellar.has_trustline(destination, stellar.usdc())
+        if trust is None:
+            return _claim_for_review(order, destination, memo_type, memo,
+                                     "destination account does not exist on Stellar")
+        if trust is False:
+            _request_trust(transaction_id)
+            return None
+        release = release_claim(order=order, destination=destination, memo_type=memo_type,
+                                memo=memo)
+        if release is None:  # someone else claimed it first; they drive it
+            return DepositRelease.objects.get(transaction_id=transaction_id)
+        crash_point("after_claim")
+        return release_drive(release_id=release.pk)
 
 
 def _check_ap_amount(ap_tx: dict, order: DepositOrder) -> None:
@@ -178,13 +182,14 @@ def release_drive(*, release_id: int, redrive: bool = False) -> DepositRelease:
     unknown outcome (the row stays open for the reconciler)."""
     with _drive_lock(release_id) as got:
         release = DepositRelease.objects.get(pk=release_id)
-        if not got:
-            return release
-        try:
-            return _drive(release, redrive=redrive)
-        except (platform.PlatformError, stellar.HorizonUnavailable) as exc:
-            _note(release, f"{type(exc).__name__}: {exc}")
-            return DepositRelease.objects.get(pk=release_id)
+        with bound_contextvars(transaction_id=release.transaction_id):
+            if not got:
+                return release
+            try:
+                return _drive(release, redrive=redrive)
+            except (platform.PlatformError, stellar.HorizonUnavailable) as exc:
+                _note(release, f"{type(exc).__name__}: {exc}")
+                return DepositRelease.objects.get(pk=release_id)
 
 
 def _drive(release: DepositRelease, *, redrive: bool) -> DepositRelease:
@@ -388,3 +393,86 @@ def _note(release: DepositRelease, error: str) -> None:
     its age threshold)."""
     DepositRelease.objects.filter(pk=release.pk).update(last_error=error[:2000],
                                                         updated_at=timezone.now())
+
+
+# --- operator helpers (anchor/operations.py: the console's "re-drive") ---------------
+
+@dataclass(frozen=True)
+class ChainCheck:
+    """Where a release's stored envelope stands on chain (DESIGN.md §4 step 3;
+    horizon/NOTES.md §2.6 rule 3). ``state``: ``none`` (no envelope was ever built),
+    ``landed`` (the stored hash is in a ledger, successful or not), ``dead`` (hash
+    absent and the envelope can never land: its channel's sequence moved past it, or
+    Horizon's latest ledger closed after its max_time), ``live`` (absent, may still
+    land). ``provably_off_chain`` is True for ``none`` and ``dead`` only."""
+
+    state: str
+    reason: str
+    detail: dict
+
+    @property
+    def provably_off_chain(self) -> bool:
+        return self.state in ("none", "dead")
+
+
+def release_chain_check(release: DepositRelease) -> ChainCheck:
+    """Look the release's envelope up on Horizon, deadness first and the hash second:
+    once dead an envelope can never land later, so "dead, then still absent" proves it
+    is not on chain (the other order could miss a payment that lands between the two
+    reads and consumes the sequence). Reads only. Raises stellar.HorizonUnavailable."""
+    if not release.tx_hash:
+        return ChainCheck("none", "no envelope was ever built for this release", {})
+    dead = _envelope_dead(release)
+    found = stellar.find_transaction(release.tx_hash)
+    detail = {"tx_hash": release.tx_hash, "sequence": release.sequence,
+              "source_account": release.source_account,
+              "max_time": release.max_time.isoformat() if release.max_time else None}
+    if found is not None:
+        detail.update(ledger=found.get("ledger"), successful=found.get("successful"),
+                      created_at=found.get("created_at"))
+        outcome = "successful" if found.get("successful") else "failed"
+        return ChainCheck("landed", f"{release.tx_hash} is on chain ({outcome}, ledger "
+                                    f"{found.get('ledger')})", detail)
+    if dead:
+        return ChainCheck("dead", f"{release.tx_hash} is not on chain and can never land "
+                                  "(its sequence was used or its time bounds passed)", detail)
+    return ChainCheck("live", f"{release.tx_hash} is not on chain yet but may still land "
+                              f"until {detail['max_time']}", detail)
+
+
+def release_prepare_redrive(*, release_id: int, expected_hash: str | None,
+                            reason: str) -> DepositRelease:
+    """An operator's re-drive of a release in ``manual_review`` whose envelope was
+    shown provably off chain (``release_chain_check``): a new envelope (a channel
+    leased in this transaction, its next sequence, new time bounds and hash), one more
+    attempt, status ``submitting``. Runs in the caller's transaction (it writes the
+    audit row there); nothing is submitted here: ``release_drive`` does that after the
+    commit. The channel's sequence is read from Horizon under the channel's row lock,
+    as ``release_claim`` and ``_rebuild`` do (step 1: concurrent releases must never
+    collide on a sequence). Raises ReleaseRefused when the row moved on since the
+    check (another status or another hash), stellar.NoChannelFree,
+    stellar.HorizonUnavailable."""
+    current = DepositRelease.objects.select_for_update().get(pk=release_id)
+    if current.status != Status.MANUAL_REVIEW or current.tx_hash != expected_hash:
+        raise ReleaseRefused(f"release {release_id} changed since it was checked "
+                             f"(now {current.status}, hash {current.tx_hash})")
+    if current.source_account:
+        stellar.forget_sequence(address=current.source_account,
+                                holder=current.transaction_id)
+    max_time = _max_time()
+    channel, sequence = stellar.lease_channel(
+        holder=current.transaction_id, until=stellar.lease_end(max_time), resync=True)
+    envelope = stellar.build_payment(
+        channel=channel, sequence=sequence, destination=current.destination,
+        amount=current.amount, memo_type=current.memo_type, memo=current.memo,
+        max_time=max_time)
+    current.source_account = channel.public_key
+    current.sequence = sequence
+    current.envelope_xdr = envelope.to_xdr()
+    current.tx_hash = envelope.hash_hex()
+    current.max_time = datetime.fromtimestamp(max_time, UTC)
+    current.attempts += 1
+    current.status = Status.SUBMITTING
+    current.last_error = reason[:2000]
+    current.save()
+    return current

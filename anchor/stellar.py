@@ -255,3 +255,128 @@ def lease_end(max_time: int) -> datetime:
     return datetime.fromtimestamp(max_time, UTC) + timedelta(
         seconds=settings.STELLAR_CHANNEL_GRACE_S
     )
+
+
+# --- the hub (remittances, DESIGN.md §6) ---------------------------------------------
+
+PAYMENT_TYPES = ("payment", "path_payment_strict_receive", "path_payment_strict_send")
+
+
+def hub_keypair() -> Keypair:
+    """Corridor's USDC hub: partners fund remittances to it, it pays the anchors."""
+    return Keypair.from_secret(settings.STELLAR_HUB_SECRET)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One successful payment operation as Horizon shows it (``join=transactions``).
+    ``source``/``destination``: G... base accounts; ``asset``: ``CODE:ISSUER`` or
+    ``native``; ``amount``: Decimal, 7 dp; ``memo``: the transaction's memo as a string
+    ("" for none)."""
+
+    tx_hash: str
+    paging_token: str
+    source: str
+    destination: str
+    asset: str
+    amount: Decimal
+    memo_type: str
+    memo: str
+    created_at: str
+
+
+def usdc_asset_id() -> str:
+    return f"{settings.STELLAR_USDC_CODE}:{settings.STELLAR_USDC_ISSUER}"
+
+
+def _transfer(record: dict[str, Any]) -> Transfer:
+    tx = record.get("transaction") or {}
+    asset = "native" if record.get("asset_type") == "native" else (
+        f"{record.get('asset_code')}:{record.get('asset_issuer')}")
+    return Transfer(
+        tx_hash=record["transaction_hash"], paging_token=record["paging_token"],
+        source=record.get("from", ""), destination=record.get("to", ""), asset=asset,
+        amount=Decimal(record["amount"]), memo_type=tx.get("memo_type", "none"),
+        memo=tx.get("memo", ""), created_at=record.get("created_at", ""))
+
+
+def find_transfers_by_reference(account: str, reference: str, cursor: str = "", *,
+                                max_pages: int = 50) -> list[Transfer]:
+    """Successful payments sent or received by ``account`` whose transaction memo is
+    ``reference``, oldest first, read from Horizon's ``/accounts/{account}/payments
+    ?join=transactions`` after paging token ``cursor`` ("" = from the beginning).
+
+    The caller decides what matches (DESIGN.md §6: the same from, to, amount and
+    asset). An account Horizon never saw has no payments. Raises HorizonUnavailable."""
+    found: list[Transfer] = []
+    for _ in range(max_pages):
+        try:
+            page = (server().payments().for_account(account).join("transactions")
+                    .cursor(cursor).order(desc=False).limit(200).call())
+        except sdk_errors.NotFoundError:
+            return found
+        except Exception as exc:  # the SDK raises several types for one outage
+            raise HorizonUnavailable(str(exc)) from exc
+        records = page["_embedded"]["records"]
+        for record in records:
+            cursor = record["paging_token"]
+            if record.get("type") not in PAYMENT_TYPES:
+                continue
+            if not record.get("transaction_successful", True):
+                continue
+            if (record.get("transaction") or {}).get("memo", "") != reference:
+                continue
+            found.append(_transfer(record))
+        if len(records) < 200:
+            return found
+    raise HorizonUnavailable(f"more than {max_pages} pages of payments after {cursor}")
+
+
+def latest_payment_cursor(account: str) -> str:
+    """The paging token of ``account``'s latest payment ("" if none): a saga's
+    ``stellar_cursor``, so its look-ups read only what happened after it started."""
+    try:
+        page = server().payments().for_account(account).order(desc=True).limit(1).call()
+    except sdk_errors.NotFoundError:
+        return ""
+    except Exception as exc:
+        raise HorizonUnavailable(str(exc)) from exc
+    records = page["_embedded"]["records"]
+    return records[0]["paging_token"] if records else ""
+
+
+def asset_balance(address: str, asset: Asset) -> Decimal | None:
+    """``address``'s balance of ``asset`` (0 without a trustline); None when the
+    account does not exist. Raises HorizonUnavailable."""
+    account = load_account(address)
+    if account is None:
+        return None
+    for line in account.get("balances", []):
+        if line.get("asset_code") == asset.code and line.get("asset_issuer") == asset.issuer:
+            return Decimal(line["balance"])
+    return Decimal(0)
+
+
+def build_payment_from(*, source: Keypair, sequence: int, destination: str, amount: Decimal,
+                       memo_type: str, memo: str, max_time: int) -> TransactionEnvelope:
+    """Build and sign one USDC payment from ``source`` (its own sequence ``sequence``,
+    its own USDC), valid until ``max_time`` (unix seconds). Memo types as
+    ``build_payment``. Raises ValueError for a memo or amount Stellar cannot carry."""
+    builder = TransactionBuilder(
+        Account(source.public_key, sequence - 1),
+        network_passphrase=settings.STELLAR_NETWORK_PASSPHRASE,
+        base_fee=settings.STELLAR_BASE_FEE,
+    )
+    builder.add_time_bounds(0, max_time)
+    if memo_type == "text":
+        builder.add_text_memo(memo)
+    elif memo_type == "id":
+        builder.add_id_memo(int(memo))
+    elif memo_type == "hash":
+        builder.add_hash_memo(base64.b64decode(memo))
+    elif memo_type not in ("none", "", None):
+        raise ValueError(f"unsupported memo_type {memo_type!r}")
+    builder.append_payment_op(destination, usdc(), stellar_amount(amount))
+    envelope = builder.build()
+    envelope.sign(source)
+    return envelope

@@ -7,6 +7,7 @@ app_name = "anchor"
 urlpatterns = [
     path("sep24/interactive", views.interactive, name="interactive"),
     path("sep24/deposit/<str:transaction_id>", views.deposit, name="deposit"),
+    path("sep24/checkout/<str:order_id>", views.checkout, name="checkout"),
     path("sep24/more_info", views.more_info, name="more_info"),
     path("sep24/transaction/<str:transaction_id>", views.transaction_status,
          name="transaction"),

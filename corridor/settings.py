@@ -27,6 +27,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "django_prometheus",
+    "drf_spectacular",
     "corridor",
     "django_celery_beat",
     "ledger",
@@ -38,9 +40,12 @@ INSTALLED_APPS = [
     "sandbox.horizon",
     "sandbox.ap",
     "sandbox.razorpay",
+    "sandbox.anchor31",
 ]
 
 MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "corridor.middleware.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -48,6 +53,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = env("DJANGO_ROOT_URLCONF", default="corridor.urls")
@@ -92,13 +98,21 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / ".staticfiles"
 
+# JSON lines through structlog for every logger (corridor/logging.py: fields, context
+# ids, redaction). Django's own loggers propagate to the root handler instead of their
+# plain-text defaults.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {"json": {"()": "corridor.logging.json_formatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
-    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+    "loggers": {
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
+        "django.server": {"handlers": [], "level": "INFO", "propagate": True},
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+    },
 }
 
 # --- Celery -----------------------------------------------------------------------
@@ -242,6 +256,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
 # --- Sagas and ledger ---
@@ -262,3 +277,43 @@ SAGA_MAX_RECOVERIES = env.int("SAGA_MAX_RECOVERIES", default=20)
 SAGA_FENCING = True
 SAGA_COMPENSATE_IN_REVERSE = True
 SAGA_STEP_KEYS = True
+
+# --- Remittances ---
+# The hub: Corridor's USDC account on Stellar that partners fund and that pays the
+# receiving anchors (the default is the sandbox hub, public and fake).
+STELLAR_HUB_SECRET = env(
+    "STELLAR_HUB_SECRET", default="SDNXGSEZZMSHL7VIWQDHRW66UWZNPOGKWJA6DVWDLSVVS3TYBVXR53K6"
+)
+# The SEP-31 receiving anchor of the USDC-INR corridor and Corridor's token there
+# (a SEP-10 JWT against a real anchor; the sandbox accepts "sandbox-sep31:<account>").
+ANCHOR31_URL = env("ANCHOR31_URL", default=f"{SANDBOX_URL}/anchor31")
+ANCHOR31_AUTH_TOKEN = env(
+    "ANCHOR31_AUTH_TOKEN",
+    default="sandbox-sep31:GANBGMMVHZ5CFXCQWUZYPAQJ4IUOH27V33I6F46KLRJB3HKL6LVQ2IMB",
+)
+ANCHOR31_TIMEOUT_S = env.float("ANCHOR31_TIMEOUT_S", default=10.0)
+# The quote (INR per USDC) locked into a remittance when it is created, and its limits.
+REMITTANCE_RATE_INR_PER_USDC = Decimal(env.str("REMITTANCE_RATE_INR_PER_USDC", default="83.50"))
+REMITTANCE_MIN_USDC = Decimal(env.str("REMITTANCE_MIN_USDC", default="1"))
+REMITTANCE_MAX_USDC = Decimal(env.str("REMITTANCE_MAX_USDC", default="10000"))
+# The partner must pay the hub within this long of the creation, or the remittance
+# expires (nothing to undo).
+REMITTANCE_FUNDING_DEADLINE_S = env.float("REMITTANCE_FUNDING_DEADLINE_S", default=3600.0)
+# How long the anchor.fund compensation waits for the anchor's refund on chain before
+# it stops for a person.
+REMITTANCE_REFUND_DEADLINE_S = env.float("REMITTANCE_REFUND_DEADLINE_S", default=86400.0)
+# How long a funded anchor may take to pay out before the saga stops for a person.
+REMITTANCE_PAYOUT_DEADLINE_S = env.float("REMITTANCE_PAYOUT_DEADLINE_S", default=3 * 86400.0)
+# An anchor that reports ``error`` after it was funded is given this long (from the
+# funding) to start a refund before the saga stops for a person.
+REMITTANCE_ERROR_REFUND_GRACE_S = env.float("REMITTANCE_ERROR_REFUND_GRACE_S", default=600.0)
+# Polls: the hub for the partner's payment, the anchor for its status and refunds.
+REMITTANCE_FUNDING_POLL_S = env.float("REMITTANCE_FUNDING_POLL_S", default=10.0)
+REMITTANCE_ANCHOR_POLL_S = env.float("REMITTANCE_ANCHOR_POLL_S", default=30.0)
+# Hub payments are submitted one at a time (Stellar core queues one transaction per
+# source account); a leg waits this long for its turn before it tries again later.
+REMITTANCE_HUB_LOCK_WAIT_S = env.float("REMITTANCE_HUB_LOCK_WAIT_S", default=30.0)
+# Test-only switch (never from the environment): False makes the hub's payments skip
+# the look-up on chain (by memo, and by the stored envelope) before paying, which shows
+# that the look-up is what stops a second payment after a crash.
+REMITTANCE_CHAIN_LOOKUP = True

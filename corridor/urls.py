@@ -1,11 +1,13 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from corridor import views
+from corridor import metrics, views
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("health/", views.health, name="health"),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("", include("anchor.urls", namespace="anchor")),
     path("", include("payouts.urls", namespace="payouts")),
+    path("api/", include("sagas.urls")),
 ]

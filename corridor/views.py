@@ -1,9 +1,20 @@
-"""``GET /health/``: one line per dependency, 200 when all are up, 503 otherwise."""
+"""``GET /health/``: one line per dependency, 200 when all are up, 503 otherwise, and
+``oldest_stuck``: the age in seconds of the oldest stuck release, payout and saga (None
+when there is none; corridor.metrics.stuck_ages says what counts as stuck). Stuck rows
+do not make the instance unhealthy -- another instance would not unstick them -- so
+they never change the status code; alert on them (or on the matching Prometheus
+gauges) instead."""
+
+import logging
 
 import httpx
 from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
+
+from corridor import metrics
+
+log = logging.getLogger(__name__)
 
 
 def _check_database() -> str:
@@ -40,5 +51,11 @@ def health(request):
         except Exception as exc:  # any failure of a dependency is reported, not raised
             report[name] = f"down: {type(exc).__name__}: {exc}"[:300]
             healthy = False
-    return JsonResponse({"status": "ok" if healthy else "degraded", "checks": report},
+    try:
+        oldest_stuck = metrics.stuck_ages() if report["database"] == "ok" else None
+    except Exception as exc:  # the dependency checks above say what is down
+        log.warning("health: stuck ages not readable: %s", type(exc).__name__)
+        oldest_stuck = None
+    return JsonResponse({"status": "ok" if healthy else "degraded", "checks": report,
+                         "oldest_stuck": oldest_stuck},
                         status=200 if healthy else 503)

@@ -1,7 +1,14 @@
-"""Read-only ledger views: accounts with their balances, entries with their postings."""
+"""Read-only ledger views: accounts with their balances, entries with their postings, and
+the trial balance (``ledger.services.trial_balance``, DESIGN.md §8 invariant 3), opened
+from the accounts list. Nothing here writes: corrections are new entries, posted by a
+service."""
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.template.response import TemplateResponse
+from django.urls import path
 
+from ledger import services
 from ledger.models import Account, Entry, Posting
 
 
@@ -21,6 +28,30 @@ class AccountAdmin(_ReadOnly, admin.ModelAdmin):
     list_display = ("code", "currency", "balance", "created_at")
     list_filter = ("currency",)
     search_fields = ("code",)
+    ordering = ("code", "currency")
+    change_list_template = "admin/ledger/account/change_list.html"
+    actions = None
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.trial_balance_view)
+        return [path("trial-balance/", view, name="ledger_account_trial_balance"),
+                *super().get_urls()]
+
+    def trial_balance_view(self, request):
+        """Totals per currency (each must be 0), stored balances that differ from the sum
+        of their postings, and entries that do not sum to zero: one REPEATABLE READ
+        snapshot."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        trial = services.trial_balance()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Trial balance", "opts": self.model._meta, "trial": trial,
+            "totals": sorted(trial.totals.items()),
+            "accounts": [(code, ccy, amount)
+                         for (code, ccy), amount in sorted(trial.accounts.items())],
+        }
+        return TemplateResponse(request, "admin/ledger/trial_balance.html", context)
 
 
 class PostingInline(_ReadOnly, admin.TabularInline):
@@ -36,3 +67,4 @@ class EntryAdmin(_ReadOnly, admin.ModelAdmin):
     list_filter = ("kind",)
     search_fields = ("idempotency_key", "reference")
     inlines = [PostingInline]
+    actions = None

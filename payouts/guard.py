@@ -26,6 +26,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from structlog.contextvars import bound_contextvars
 
 from anchor import platform
 from anchor.crashpoints import crash_point
@@ -49,15 +50,16 @@ def provider():
 
 def payout_run(*, request: WithdrawalRequest) -> WithdrawalPayout | None:
     """Pay a verified withdrawal once. Existing payouts are resumed, never re-paid."""
-    if not settings.PAYOUT_GUARD:
-        return _unguarded_payout(request)
-    payout = payout_claim(request=request)
-    if payout is None:
-        return payout_resume(payout=WithdrawalPayout.objects.get(
-            transaction_id=request.transaction_id))
-    crash_point("after_claim")
-    attempt = payout.attempt_rows.get(number=payout.attempts)
-    return _disburse(payout, attempt)
+    with bound_contextvars(transaction_id=request.transaction_id):
+        if not settings.PAYOUT_GUARD:
+            return _unguarded_payout(request)
+        payout = payout_claim(request=request)
+        if payout is None:
+            return payout_resume(payout=WithdrawalPayout.objects.get(
+                transaction_id=request.transaction_id))
+        crash_point("after_claim")
+        attempt = payout.attempt_rows.get(number=payout.attempts)
+        return _disburse(payout, attempt)
 
 
 def payout_claim(*, request: WithdrawalRequest) -> WithdrawalPayout | None:
@@ -78,87 +80,90 @@ def payout_claim(*, request: WithdrawalRequest) -> WithdrawalPayout | None:
 
 def payout_resume(*, payout: WithdrawalPayout) -> WithdrawalPayout:
     """Self-healing for an existing row (after a crash, a stale AP status, a poll)."""
-    if payout.status == Status.COMPLETED:
-        if payout.ap_completed_at is None:
-            return payout_complete_ap(payout=payout)
-        return payout
-    if payout.status != Status.PROCESSING:
-        return payout  # failed / reversed / manual_review wait for a person
-    attempt = payout.attempt_rows.get(number=payout.attempts)
-    if attempt.provider_payout_id:
+    with bound_contextvars(transaction_id=payout.transaction_id):
+        if payout.status == Status.COMPLETED:
+            if payout.ap_completed_at is None:
+                return payout_complete_ap(payout=payout)
+            return payout
+        if payout.status != Status.PROCESSING:
+            return payout  # failed / reversed / manual_review wait for a person
+        attempt = payout.attempt_rows.get(number=payout.attempts)
+        if attempt.provider_payout_id:
+            try:
+                state = provider().fetch(attempt.provider_payout_id)
+            except Exception as exc:  # unreachable provider: try again on the next poll
+                _note(payout, f"fetch: {exc}")
+                return _fresh(payout)
+            return payout_apply_status(payout=payout, state=state)
+        # Outcome unknown: look for it by reference, then replay the same key and body.
         try:
-            state = provider().fetch(attempt.provider_payout_id)
-        except Exception as exc:  # unreachable provider: try again on the next poll
-            _note(payout, f"fetch: {exc}")
-            return _fresh(payout)
-        return payout_apply_status(payout=payout, state=state)
-    # Outcome unknown: look for it by reference, then replay the same key and body.
-    try:
-        found = provider().find_by_reference(payout.transaction_id)
-    except Exception as exc:
-        _note(payout, f"find_by_reference: {exc}")
-        return _unknown_too_long(payout)
-    if len(found) > 1:
-        return _to_review(payout, f"{len(found)} provider payouts under one reference: "
-                                  + ", ".join(p.payout_id for p in found))
-    if found:
-        _record(payout, attempt, found[0])
-        return payout_apply_status(payout=_fresh(payout), state=found[0])
-    return _disburse(payout, attempt)
+            found = provider().find_by_reference(payout.transaction_id)
+        except Exception as exc:
+            _note(payout, f"find_by_reference: {exc}")
+            return _unknown_too_long(payout)
+        if len(found) > 1:
+            return _to_review(payout, f"{len(found)} provider payouts under one reference: "
+                                      + ", ".join(p.payout_id for p in found))
+        if found:
+            _record(payout, attempt, found[0])
+            return payout_apply_status(payout=_fresh(payout), state=found[0])
+        return _disburse(payout, attempt)
 
 
 def payout_apply_status(*, payout: WithdrawalPayout, state: ProviderPayout) -> WithdrawalPayout:
     """Move our row by the provider's status, forward only (webhooks and polls).
     processed -> completed (then AP), failed/cancelled/rejected -> failed, reversed ->
     reversed (operators' queue); a lower-ranked status than we hold is ignored."""
-    attempt = payout.attempt_rows.filter(provider_payout_id=state.payout_id).first() \
-        or payout.attempt_rows.get(number=payout.attempts)
-    with transaction.atomic():
-        current = WithdrawalPayout.objects.select_for_update().get(pk=payout.pk)
-        held = RANK.get(attempt.provider_status, 0)
-        if RANK.get(state.status, 0) < held:
-            return current
-        PayoutAttempt.objects.filter(pk=attempt.pk).update(
-            provider_status=state.status, provider_payout_id=state.payout_id,
-            updated_at=timezone.now())
-        if not current.provider_payout_id:
-            current.provider_payout_id = state.payout_id
-        if state.status == "processed" and current.status == Status.PROCESSING:
-            current.status, current.reference, current.last_error = (
-                Status.COMPLETED, state.utr, "")
-        elif state.status in provider().failed_statuses and current.status == Status.PROCESSING:
-            current.status = Status.FAILED
-            current.last_error = f"provider {state.status}: {state.reason}"
-        elif state.status == "reversed" and current.status in (Status.PROCESSING,
-                                                                Status.COMPLETED):
-            current.status = Status.REVERSED
-            current.reference = current.reference or state.utr
-            after = "processed" if held == RANK["processed"] else "processing"
-            current.last_error = f"reversed by the bank after {after}: {state.reason}"
-        current.save()
-    if current.status == Status.PROCESSING:
-        _too_old_to_wait(current)
-    if current.status == Status.COMPLETED and current.ap_completed_at is None:
-        crash_point("after_mark_paid")
-        return payout_complete_ap(payout=current)
-    return _fresh(current)
+    with bound_contextvars(transaction_id=payout.transaction_id):
+        attempt = payout.attempt_rows.filter(provider_payout_id=state.payout_id).first() \
+            or payout.attempt_rows.get(number=payout.attempts)
+        with transaction.atomic():
+            current = WithdrawalPayout.objects.select_for_update().get(pk=payout.pk)
+            held = RANK.get(attempt.provider_status, 0)
+            if RANK.get(state.status, 0) < held:
+                return current
+            PayoutAttempt.objects.filter(pk=attempt.pk).update(
+                provider_status=state.status, provider_payout_id=state.payout_id,
+                updated_at=timezone.now())
+            if not current.provider_payout_id:
+                current.provider_payout_id = state.payout_id
+            if state.status == "processed" and current.status == Status.PROCESSING:
+                current.status, current.reference, current.last_error = (
+                    Status.COMPLETED, state.utr, "")
+            elif state.status in provider().failed_statuses and current.status == Status.PROCESSING:
+                current.status = Status.FAILED
+                current.last_error = f"provider {state.status}: {state.reason}"
+            elif state.status == "reversed" and current.status in (Status.PROCESSING,
+                                                                    Status.COMPLETED):
+                current.status = Status.REVERSED
+                current.reference = current.reference or state.utr
+                after = "processed" if held == RANK["processed"] else "processing"
+                current.last_error = f"reversed by the bank after {after}: {state.reason}"
+            current.save()
+        if current.status == Status.PROCESSING:
+            _too_old_to_wait(current)
+        if current.status == Status.COMPLETED and current.ap_completed_at is None:
+            crash_point("after_mark_paid")
+            return payout_complete_ap(payout=current)
+        return _fresh(current)
 
 
 def payout_complete_ap(*, payout: WithdrawalPayout) -> WithdrawalPayout:
     """Step 5: ``notify_offchain_funds_sent`` with the UTR; -32600 -> re-read."""
-    try:
-        platform.rpc_once("notify_offchain_funds_sent",
-                          {"transaction_id": payout.transaction_id,
-                           "external_transaction_id": payout.reference,
-                           "funds_sent_at": timezone.now().isoformat().replace("+00:00", "Z")},
-                          reached=lambda tx: tx.get("status") == "completed")
-    except (platform.RpcError, platform.PlatformError) as exc:
-        _note(payout, f"notify_offchain_funds_sent: {exc}")
+    with bound_contextvars(transaction_id=payout.transaction_id):
+        try:
+            platform.rpc_once("notify_offchain_funds_sent",
+                              {"transaction_id": payout.transaction_id,
+                               "external_transaction_id": payout.reference,
+                               "funds_sent_at": timezone.now().isoformat().replace("+00:00", "Z")},
+                              reached=lambda tx: tx.get("status") == "completed")
+        except (platform.RpcError, platform.PlatformError) as exc:
+            _note(payout, f"notify_offchain_funds_sent: {exc}")
+            return _fresh(payout)
+        crash_point("after_ap_call")
+        WithdrawalPayout.objects.filter(pk=payout.pk, ap_completed_at__isnull=True).update(
+            ap_completed_at=timezone.now(), updated_at=timezone.now())
         return _fresh(payout)
-    crash_point("after_ap_call")
-    WithdrawalPayout.objects.filter(pk=payout.pk, ap_completed_at__isnull=True).update(
-        ap_completed_at=timezone.now(), updated_at=timezone.now())
-    return _fresh(payout)
 
 
 # --- steps ---------------------------------------------------------------------------
@@ -252,3 +257,18 @@ def _unguarded_payout(request: WithdrawalRequest) -> WithdrawalPayout:
                   "provider_payout_id": state.payout_id if state else "",
                   "status": Status.PROCESSING})
     return payout
+
+
+# --- operator helpers (payouts/operations.py) ---------------------------------------
+
+def payout_disburse_current(*, payout_id: int) -> WithdrawalPayout:
+    """Step 3 for the payout's current attempt, right after an operator minted it
+    (``operations.payout_new_attempt``): disburse under that attempt's own key, then
+    steps 4-5 as usual. Only for a ``processing`` row whose current attempt has no
+    provider payout yet; anything else is returned as it stands (the poller resumes
+    it). Never mints a key."""
+    payout = WithdrawalPayout.objects.get(pk=payout_id)
+    attempt = payout.attempt_rows.get(number=payout.attempts)
+    if payout.status != Status.PROCESSING or attempt.provider_payout_id:
+        return payout
+    return _disburse(payout, attempt)

@@ -2,8 +2,10 @@
 ``payout_attempts`` are the only record of whether a payout ran: AP's statuses can be
 stale, lost or duplicated."""
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Now
 
 
 class WithdrawalRequest(models.Model):
@@ -135,3 +137,77 @@ class ChainCursor(models.Model):
 
     class Meta:
         db_table = "stellar_cursors"
+
+
+class PayoutEvent(models.Model):
+    """Append-only audit of operator actions on a withdrawal: its payout (confirm paid,
+    mark failed, new attempt) or its request (accept a short amount, refund on chain).
+    Written in the same transaction as the change, naming the operator and their note.
+    ``transaction_id`` is the AP id (one withdrawal = one request = at most one payout)."""
+
+    transaction_id = models.CharField(max_length=64, db_index=True)
+    payout = models.ForeignKey(WithdrawalPayout, on_delete=models.PROTECT, null=True,
+                               blank=True, related_name="events")
+    request = models.ForeignKey(WithdrawalRequest, on_delete=models.PROTECT, null=True,
+                                blank=True, related_name="events")
+    event = models.CharField(max_length=40)
+    detail = models.JSONField(default=dict, encoder=DjangoJSONEncoder)
+    operator = models.CharField(max_length=150)
+    note = models.TextField()
+    at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "withdrawal_payout_events"
+        ordering = ["id"]
+        permissions = [
+            ("confirm_payout_paid", "Can confirm a payout paid with its UTR"),
+            ("mark_payout_failed", "Can mark a payout failed"),
+            ("new_payout_attempt", "Can start a new payout attempt after the provider failed"),
+            ("accept_short_withdrawal", "Can accept a short withdrawal amount"),
+            ("refund_withdrawal", "Can refund a withdrawal's USDC on chain to its sender"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.transaction_id} {self.event} by {self.operator}"
+
+
+class WithdrawalRefund(models.Model):
+    """The USDC of one withdrawal sent back on chain to its sender: an outbox like
+    ``deposit_releases`` (DESIGN.md §4 step 1). The envelope and its hash are committed
+    before anything is submitted, and ``transaction_id`` is unique, so a repeat of the
+    operator's action drives the same payment and never makes a second one.
+
+    Statuses: ``submitting`` (envelope stored, may or may not be on chain),
+    ``submitted`` (on chain, AP not told yet), ``completed`` (AP ``notify_refund_sent``
+    accepted), ``manual_review`` (included but failed, or AP refused the refund)."""
+
+    class Status(models.TextChoices):
+        SUBMITTING = "submitting"
+        SUBMITTED = "submitted"
+        COMPLETED = "completed"
+        MANUAL_REVIEW = "manual_review"
+
+    request = models.OneToOneField(WithdrawalRequest, on_delete=models.PROTECT,
+                                   related_name="refund")
+    transaction_id = models.CharField(max_length=64, unique=True)
+    status = models.CharField(max_length=20, choices=Status.choices,
+                              default=Status.SUBMITTING)
+    destination = models.CharField(max_length=69)
+    amount = models.DecimalField(max_digits=20, decimal_places=7)  # USDC
+    memo = models.CharField(max_length=128, blank=True, default="")
+    memo_type = models.CharField(max_length=8, default="none")
+    source_account = models.CharField(max_length=56)
+    sequence = models.BigIntegerField()
+    envelope_xdr = models.TextField()
+    tx_hash = models.CharField(max_length=64, unique=True)
+    max_time = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=1)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "withdrawal_refunds"
+
+    def __str__(self) -> str:
+        return f"refund {self.transaction_id} {self.status}"

@@ -16,6 +16,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.utils import timezone
+from structlog.contextvars import bound_contextvars
 
 from anchor import platform, stellar
 from payouts import guard, receipts
@@ -36,11 +37,12 @@ def poll_withdrawals() -> dict[str, int]:
     seen = set()
     for ap_tx in platform.list_transactions(statuses=AP_STATUSES, kind="withdrawal"):
         seen.add(ap_tx["id"])
-        try:
-            count(withdrawal_process(ap_tx=ap_tx))
-        except (platform.PlatformError, platform.RpcError, stellar.HorizonUnavailable) as exc:
-            log.warning("withdrawal %s: %s", ap_tx["id"], exc)
-            count("error")
+        with bound_contextvars(transaction_id=ap_tx["id"]):
+            try:
+                count(withdrawal_process(ap_tx=ap_tx))
+            except (platform.PlatformError, platform.RpcError, stellar.HorizonUnavailable) as exc:
+                log.warning("withdrawal %s: %s", ap_tx["id"], exc)
+                count("error")
     open_rows = WithdrawalPayout.objects.filter(status=WithdrawalPayout.Status.PROCESSING) | \
         WithdrawalPayout.objects.filter(status=WithdrawalPayout.Status.COMPLETED,
                                         ap_completed_at__isnull=True)
@@ -52,51 +54,52 @@ def poll_withdrawals() -> dict[str, int]:
 
 def withdrawal_process(*, ap_tx: dict) -> str:
     """Decide one AP withdrawal; returns the outcome."""
-    transaction_id = ap_tx["id"]
-    request = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
-    if request is None or request.funds_requested_at is None:
-        return "not_ours"
-    if settings.PAYOUT_GUARD:
-        payout = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
-        if payout is not None:
-            guard.payout_resume(payout=payout)  # self-healing; never a second payout
-            return f"payout_{payout.status}"
-    if request.status == WithdrawalRequest.Status.MANUAL_REVIEW:
-        return "manual_review"
-
-    verdict = receipts.verify(request, ap_source=ap_tx.get("source_account") or
-                              request.source_account)
-    if verdict.outcome == "review":
-        _review(request, verdict.reason, verdict.evidence)
-        return "manual_review"
-    if verdict.outcome == "waiting":
-        if verdict.first_at is None:
-            return "waiting"
-        WithdrawalRequest.objects.filter(pk=request.pk, first_receipt_at__isnull=True).update(
-            first_receipt_at=verdict.first_at, received_amount=verdict.received,
-            chain_evidence=verdict.evidence)
-        grace = timedelta(seconds=settings.WITHDRAW_SHORT_GRACE_S)
-        if timezone.now() - verdict.first_at > grace:
-            _review(request, f"{verdict.reason}; grace period over", verdict.evidence)
+    with bound_contextvars(transaction_id=ap_tx["id"]):
+        transaction_id = ap_tx["id"]
+        request = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
+        if request is None or request.funds_requested_at is None:
+            return "not_ours"
+        if settings.PAYOUT_GUARD:
+            payout = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
+            if payout is not None:
+                guard.payout_resume(payout=payout)  # self-healing; never a second payout
+                return f"payout_{payout.status}"
+        if request.status == WithdrawalRequest.Status.MANUAL_REVIEW:
             return "manual_review"
-        return "short_waiting"
 
-    if ap_tx["status"] == "pending_user_transfer_start":
-        # AP's observer missed it (or is down): tell AP ourselves.
-        platform.rpc_once("notify_onchain_funds_received",
-                          {"transaction_id": transaction_id,
-                           "stellar_transaction_id": verdict.first_hash,
-                           "amount_in": {"amount": format(verdict.received, "f")}},
-                          reached=lambda tx: tx["status"] != "pending_user_transfer_start")
-    elif ap_tx["status"] == "pending_anchor" and _ap_amount(ap_tx) != verdict.received:
-        # AP's observer overwrote amount_in with one payment of several (NOTES §4.4).
-        log.info("withdrawal %s: AP amount_in %s, chain %s", transaction_id,
-                 _ap_amount(ap_tx), verdict.received)
-    WithdrawalRequest.objects.filter(pk=request.pk).update(
-        status=WithdrawalRequest.Status.FUNDS_VERIFIED, received_amount=verdict.received,
-        chain_evidence=verdict.evidence, review_reason=verdict.reason)
-    payout = guard.payout_run(request=request)
-    return f"payout_{payout.status}" if payout else "claimed_elsewhere"
+        verdict = receipts.verify(request, ap_source=ap_tx.get("source_account") or
+                                  request.source_account)
+        if verdict.outcome == "review":
+            _review(request, verdict.reason, verdict.evidence)
+            return "manual_review"
+        if verdict.outcome == "waiting":
+            if verdict.first_at is None:
+                return "waiting"
+            WithdrawalRequest.objects.filter(pk=request.pk, first_receipt_at__isnull=True).update(
+                first_receipt_at=verdict.first_at, received_amount=verdict.received,
+                chain_evidence=verdict.evidence)
+            grace = timedelta(seconds=settings.WITHDRAW_SHORT_GRACE_S)
+            if timezone.now() - verdict.first_at > grace:
+                _review(request, f"{verdict.reason}; grace period over", verdict.evidence)
+                return "manual_review"
+            return "short_waiting"
+
+        if ap_tx["status"] == "pending_user_transfer_start":
+            # AP's observer missed it (or is down): tell AP ourselves.
+            platform.rpc_once("notify_onchain_funds_received",
+                              {"transaction_id": transaction_id,
+                               "stellar_transaction_id": verdict.first_hash,
+                               "amount_in": {"amount": format(verdict.received, "f")}},
+                              reached=lambda tx: tx["status"] != "pending_user_transfer_start")
+        elif ap_tx["status"] == "pending_anchor" and _ap_amount(ap_tx) != verdict.received:
+            # AP's observer overwrote amount_in with one payment of several (NOTES §4.4).
+            log.info("withdrawal %s: AP amount_in %s, chain %s", transaction_id,
+                     _ap_amount(ap_tx), verdict.received)
+        WithdrawalRequest.objects.filter(pk=request.pk).update(
+            status=WithdrawalRequest.Status.FUNDS_VERIFIED, received_amount=verdict.received,
+            chain_evidence=verdict.evidence, review_reason=verdict.reason)
+        payout = guard.payout_run(request=request)
+        return f"payout_{payout.status}" if payout else "claimed_elsewhere"
 
 
 def _ap_amount(ap_tx: dict):

@@ -1,46 +1,68 @@
-"""Thin HTTP layer for withdrawals: the SEP-24 withdrawal page and payout webhooks."""
+"""Thin HTTP layer for withdrawals: the SEP-24 withdrawal page, its part of the status
+page (a details hook registered with anchor.views), and payout webhooks."""
 
 from __future__ import annotations
 
 import json
 import logging
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.http import HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
+from structlog.contextvars import bind_contextvars
 
 from anchor import platform, sep24
 from anchor import razorpay as rzp
 from anchor.models import InboundEvent
+from anchor.views import register_status_details, sep24_error, webhook_outcome
 from payouts import withdrawals
+from payouts.models import WithdrawalPayout, WithdrawalRequest
 from payouts.providers.base import ProviderError
 from payouts.webhooks import payout_webhook_apply
 
 log = logging.getLogger(__name__)
 
 
-def _error(request, message: str, status: int):
-    return render(request, "sep24/error.html", {"message": message}, status=status)
+def _status_url(transaction_id: str) -> str:
+    return reverse("anchor:transaction", kwargs={"transaction_id": transaction_id})
+
+
+def _usdc(amount: Decimal) -> str:
+    """7-place USDC as people write it: 10.0000000 -> "10", 0.5000000 -> "0.5"."""
+    text = format(amount, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _amounts(w: WithdrawalRequest) -> dict:
+    return {"amount_in": _usdc(w.amount_in), "fee": _usdc(w.fee)}
+
+
+def _pay_page(request, w: WithdrawalRequest):
+    return render(request, "sep24/withdraw_pay.html",
+                  {"w": w, "status_url": _status_url(w.transaction_id), **_amounts(w)})
 
 
 @require_http_methods(["GET", "POST"])
 def withdraw(request, transaction_id: str):
-    """The withdrawal form: USDC amount and where to pay the INR; then the memo and
-    account the wallet must pay."""
+    """The withdrawal form: USDC amount and where to pay the INR (bank account + IFSC,
+    or a UPI ID), errors next to their fields, a quote to confirm (fields locked;
+    "Change details" unlocks them); then the memo and account the wallet must pay."""
+    bind_contextvars(transaction_id=transaction_id)
     if not sep24.session_allows(request, transaction_id):
-        return _error(request, "Open this page from your wallet to continue.", 403)
-    from payouts.models import WithdrawalRequest
-
+        return sep24_error(request, "forbidden", "Open this page from your wallet to continue.",
+                           403)
     existing = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
     if existing is not None and existing.funds_requested_at is not None:
-        return render(request, "sep24/withdraw_pay.html", {"w": existing})
+        return _pay_page(request, existing)
     context = {"transaction_id": transaction_id, "data": request.POST, "errors": {},
                "rate": settings.WITHDRAW_RATE_INR_PER_USDC, "fee": settings.WITHDRAW_FEE_USDC,
                "min": settings.WITHDRAW_MIN_USDC, "max": settings.WITHDRAW_MAX_USDC}
-    if request.method == "GET":
+    if request.method == "GET" or "edit" in request.POST:
         return render(request, "sep24/withdraw.html", context)
     try:
         amount, beneficiary = withdrawals.parse_form(request.POST)
@@ -56,12 +78,51 @@ def withdraw(request, transaction_id: str):
         context["errors"] = {"account_number": f"The bank refused these details: {exc}"}
         return render(request, "sep24/withdraw.html", context, status=400)
     except withdrawals.WithdrawalStateError as exc:
-        return _error(request, str(exc), 409)
+        return sep24_error(request, "wrong_state", str(exc), 409,
+                           status_url=_status_url(transaction_id))
     except (rzp.RazorpayError, platform.PlatformError, platform.RpcError) as exc:
         log.warning("withdrawal %s submit failed: %s", transaction_id, type(exc).__name__)
-        return _error(request, "The payout provider is not reachable right now. "
-                               "Try again shortly.", 503)
-    return render(request, "sep24/withdraw_pay.html", {"w": w})
+        return sep24_error(request, "unavailable",
+                           "The payout provider is not reachable right now.", 503,
+                           retry_url=request.path)
+    log.info("withdrawal submitted", extra={"amount_in": str(w.amount_in),
+                                            "beneficiary_type": w.beneficiary_type})
+    return _pay_page(request, w)
+
+
+def _withdrawal_details(transaction_id: str, ap_tx: dict) -> dict | None:
+    """The status page's withdrawal part: amounts, the masked beneficiary, the pay
+    instructions while we wait for the USDC, the bank reference (UTR) once paid."""
+    w = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
+    if w is None:
+        return None
+    payout = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
+    details = {"details_template": "sep24/_withdrawal_details.html", "w": w,
+               "payout": payout, **_amounts(w),
+               "awaiting_usdc": w.status == WithdrawalRequest.Status.AWAITING_FUNDS
+               and w.funds_requested_at is not None and payout is None
+               and ap_tx.get("status") in (None, "pending_user_transfer_start")}
+    # Our own record ahead of AP's (its observer lags, or missed the payment).
+    if ap_tx.get("status") == "pending_user_transfer_start" and (
+            payout is not None or w.status == WithdrawalRequest.Status.FUNDS_VERIFIED):
+        details["status_as"] = "pending_anchor"
+    elif ap_tx.get("status") == "pending_anchor" and payout is not None and \
+            payout.status in (WithdrawalPayout.Status.PROCESSING,
+                              WithdrawalPayout.Status.COMPLETED):
+        details["status_as"] = "pending_external"
+    held = {WithdrawalPayout.Status.MANUAL_REVIEW, WithdrawalPayout.Status.FAILED,
+            WithdrawalPayout.Status.REVERSED}
+    if w.status == WithdrawalRequest.Status.MANUAL_REVIEW or (payout and payout.status in held):
+        details["notice"] = ("Our team is reviewing this withdrawal and will contact you. "
+                             "Do not send the USDC again.")
+    elif w.funds_requested_at is None:
+        details["action_url"] = reverse("payouts:withdraw",
+                                        kwargs={"transaction_id": transaction_id})
+        details["action_label"] = "Finish the form"
+    return details
+
+
+register_status_details("withdrawal", _withdrawal_details)
 
 
 @csrf_exempt
@@ -72,23 +133,30 @@ def razorpayx_webhook(request):
         return HttpResponseNotAllowed(["POST"])
     raw = request.body
     if not rzp.verify_webhook(raw, request.headers.get("X-Razorpay-Signature", "")):
-        return JsonResponse({"error": "invalid signature"}, status=400)
+        return webhook_outcome("razorpayx", "invalid_signature",
+                               JsonResponse({"error": "invalid signature"}, status=400))
     event_id = request.headers.get("X-Razorpay-Event-Id", "")
     try:
         event = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         event = None
     if not isinstance(event, dict) or not event_id:
-        return JsonResponse({"error": "signed body must be JSON with X-Razorpay-Event-Id"},
-                            status=400)
+        return webhook_outcome("razorpayx", "malformed", JsonResponse(
+            {"error": "signed body must be JSON with X-Razorpay-Event-Id"}, status=400))
+    entity = ((event.get("payload") or {}).get("payout") or {}).get("entity") \
+        if isinstance(event.get("payload"), dict) and \
+        isinstance(event["payload"].get("payout"), dict) else None
+    if isinstance(entity, dict) and isinstance(entity.get("reference_id"), str):
+        bind_contextvars(transaction_id=entity["reference_id"][:64])
+    bind_contextvars(razorpay_event_id=event_id[:100])
     try:
         with transaction.atomic():
             InboundEvent.objects.create(source=InboundEvent.Source.RAZORPAYX,
                                         event_id=event_id,
                                         event_type=str(event.get("event", ""))[:60])
     except IntegrityError:
-        return JsonResponse({"outcome": "duplicate"})
+        return webhook_outcome("razorpayx", "duplicate", JsonResponse({"outcome": "duplicate"}))
     outcome = payout_webhook_apply(event=event)
     InboundEvent.objects.filter(source=InboundEvent.Source.RAZORPAYX, event_id=event_id
                                 ).update(outcome=outcome)
-    return JsonResponse({"outcome": outcome})
+    return webhook_outcome("razorpayx", outcome, JsonResponse({"outcome": outcome}))

@@ -69,6 +69,7 @@ from typing import Any
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
+from structlog.contextvars import bound_contextvars
 
 from anchor.crashpoints import crash_point
 from ledger import services as ledger
@@ -207,24 +208,25 @@ def run(saga_id: int, worker: str, *, dispatch: bool = True) -> RunResult:
     loses the lease. Another live holder, a saga not due or stopped -> its status, no
     work, no write. ``dispatch``: enqueue the Celery run of a retry or a wait after its
     commit (False: the caller drives, as tests, the bench and ``run_saga`` do)."""
-    if connection.in_atomic_block:
-        raise RuntimeError("sagas.engine.run owns its transactions: call it outside one")
-    with connection.cursor() as cur:
-        cur.execute(_ACQUIRE, {"w": worker, "id": saga_id, "lease": settings.SAGA_LEASE_S})
-        row = cur.fetchone()
-    if row is None:
-        return RunResult(_status(saga_id), leased=False)
-    crash_point("saga.after_lease")
-    fence, recoveries, status, kind, reference, input_, cursor = row
-    saga = SagaInfo(id=saga_id, kind=kind, reference=reference, input=_load(input_),
-                    stellar_cursor=cursor)
-    drive = _Run(saga, worker=worker, fence=fence, status=status, recoveries=recoveries,
-                 dispatch=dispatch)
-    try:
-        return RunResult(drive.drive(), leased=True)
-    except StaleLeaseError as exc:
-        log.warning("saga %s: %s lost its lease (fence %s): %s", saga_id, worker, fence, exc)
-        return RunResult(_status(saga_id), leased=True, stale=True)
+    with bound_contextvars(saga_id=saga_id):
+        if connection.in_atomic_block:
+            raise RuntimeError("sagas.engine.run owns its transactions: call it outside one")
+        with connection.cursor() as cur:
+            cur.execute(_ACQUIRE, {"w": worker, "id": saga_id, "lease": settings.SAGA_LEASE_S})
+            row = cur.fetchone()
+        if row is None:
+            return RunResult(_status(saga_id), leased=False)
+        crash_point("saga.after_lease")
+        fence, recoveries, status, kind, reference, input_, cursor = row
+        saga = SagaInfo(id=saga_id, kind=kind, reference=reference, input=_load(input_),
+                        stellar_cursor=cursor)
+        drive = _Run(saga, worker=worker, fence=fence, status=status, recoveries=recoveries,
+                     dispatch=dispatch)
+        try:
+            return RunResult(drive.drive(), leased=True)
+        except StaleLeaseError as exc:
+            log.warning("saga %s: %s lost its lease (fence %s): %s", saga_id, worker, fence, exc)
+            return RunResult(_status(saga_id), leased=True, stale=True)
 
 
 def resume_due(*, limit: int | None = None) -> list[int]:

@@ -113,3 +113,102 @@ class SagaEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.saga_id}:{self.idx} {self.event}"
+
+
+class Partner(models.Model):
+    """A business that sends remittances through Corridor's API. Its API key is shown
+    once (``manage.py create_partner``) and stored as ``key_prefix`` (the lookup) and
+    ``key_hash`` (sha256 of the whole key): the key carries 256 random bits, so a fast
+    hash is enough and checking it costs nothing per request (a password hasher exists
+    for guessable secrets). ``stellar_account``: where its USDC comes from, and where
+    refunds go."""
+
+    name = models.SlugField(max_length=50, unique=True)
+    key_prefix = models.CharField(max_length=16, unique=True)
+    key_hash = models.CharField(max_length=64)
+    stellar_account = models.CharField(max_length=56)
+    is_active = models.BooleanField(default=True, db_default=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "partners"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class HubPayment(models.Model):
+    """One payment the hub makes for a saga leg (``key``: the leg's idempotency key,
+    ``{saga_id}:{idx}`` or ``{saga_id}:{idx}:undo``), written in a fenced commit before
+    its envelope is submitted, so a payment can never be on chain without its hash here
+    (DESIGN.md §4 step 1 applied to the hub). The envelope is re-posted as is until it
+    lands or is provably dead (past ``max_time`` or its sequence used); only then is a
+    new one built, replacing these columns (``rebuilds`` counts them)."""
+
+    key = models.CharField(max_length=100, unique=True)
+    saga = models.ForeignKey(Saga, on_delete=models.PROTECT, related_name="hub_payments")
+    destination = models.CharField(max_length=56)
+    amount = models.DecimalField(max_digits=30, decimal_places=7)
+    memo_type = models.CharField(max_length=8)
+    memo = models.CharField(max_length=64)
+    sequence = models.BigIntegerField()
+    max_time = models.BigIntegerField()
+    envelope_xdr = models.TextField()
+    tx_hash = models.CharField(max_length=64, unique=True)
+    rebuilds = models.PositiveIntegerField(default=0, db_default=0)
+    last_result = models.TextField(blank=True, default="", db_default="")
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "saga_hub_payments"
+
+    def __str__(self) -> str:
+        return f"hub payment {self.key} {self.tx_hash}"
+
+
+class ReviewItem(models.Model):
+    """One row of the operators' manual-review queue: a read-only, unmanaged model over
+    the SQL view ``operator_review_queue`` (created by a migration of ``sagas``), the
+    union of everything waiting for a person (DESIGN.md §1 "Operators", §5, §6):
+
+    - ``saga``: sagas in ``manual_review``;
+    - ``release``: deposit releases in ``manual_review``;
+    - ``payout``: withdrawal payouts in ``manual_review``, ``failed`` (a new attempt or a
+      refund is a person's call) or ``reversed`` (processed, then returned by the bank);
+    - ``withdrawal``: withdrawal requests in ``manual_review`` (a payment that does not
+      match: short, wrong asset, shared memo...) that have not been refunded.
+
+    ``key`` is ``"{kind}:{object_id}"``; ``reference`` the AP transaction id or the
+    saga's reference; ``amount``/``currency`` what is at stake (USDC for releases and
+    withdrawal requests, INR rupees for payouts, the saga input's amount); ``since``
+    when the row last changed state (the age operators sort by, oldest first).
+
+    The saga operator permissions live here (app ``sagas``) so that the engine's own
+    tables keep their options untouched."""
+
+    key = models.CharField(max_length=80, primary_key=True)
+    kind = models.CharField(max_length=20)
+    status = models.CharField(max_length=20)
+    object_id = models.BigIntegerField()
+    reference = models.CharField(max_length=128)
+    amount = models.DecimalField(max_digits=30, decimal_places=7, null=True)
+    currency = models.CharField(max_length=12)
+    reason = models.TextField()
+    since = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = "operator_review_queue"
+        ordering = ["since", "key"]
+        verbose_name = "manual-review item"
+        verbose_name_plural = "manual-review queue"
+        permissions = [
+            ("resume_saga", "Can resume a saga in manual review"),
+            ("retry_saga_step", "Can retry the step a saga stopped at"),
+            ("compensate_saga", "Can compensate a saga in manual review"),
+            ("resolve_saga", "Can close a saga in manual review as resolved"),
+        ]
+
+    def __str__(self) -> str:
+        return self.key

@@ -17,3 +17,14 @@ def sandbox_keypair(name: str) -> Keypair:
 
 USDC_ISSUER = sandbox_keypair("usdc-issuer")
 DISTRIBUTION = sandbox_keypair("distribution")
+
+# The remittance corridor's accounts (sandbox.anchor31 creates them at reset):
+# HUB       GANBGMMVHZ5CFXCQWUZYPAQJ4IUOH27V33I6F46KLRJB3HKL6LVQ2IMB  Corridor's USDC hub
+#           (10,000 XLM, a USDC trustline, 0 USDC);
+# PARTNER   GBR5EOMXSVA5S3QQGQJXQ6N6XP6CSLSZRHOCB5AG5AZ7KI2Q7X7W3MYK  the partner that funds
+#           remittances in USDC (10,000 XLM, 1,000,000 USDC);
+# ANCHOR31  GAOXUXDEWYCG3QL2GMHP4ZRFR5KVMPM6KQDR7LLFAZ62VFYR4256ORF2  the SEP-31 receiving
+#           anchor's receiving account (10,000 XLM, 1,000,000 USDC for refunds).
+HUB = sandbox_keypair("hub")
+PARTNER = sandbox_keypair("partner")
+ANCHOR31 = sandbox_keypair("anchor31")

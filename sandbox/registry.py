@@ -16,7 +16,7 @@ import threading
 
 log = logging.getLogger(__name__)
 
-STANDINS = ["sandbox.horizon", "sandbox.ap", "sandbox.razorpay"]
+STANDINS = ["sandbox.horizon", "sandbox.ap", "sandbox.razorpay", "sandbox.anchor31"]
 
 
 def _service(package: str):

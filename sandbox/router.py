@@ -1,4 +1,5 @@
-SANDBOX_APPS = {"sandbox_control", "sandbox_horizon", "sandbox_ap", "sandbox_razorpay"}
+SANDBOX_APPS = {"sandbox_control", "sandbox_horizon", "sandbox_ap", "sandbox_razorpay",
+                "sandbox_anchor31"}
 
 
 class SandboxRouter:

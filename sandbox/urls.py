@@ -11,7 +11,8 @@ urlpatterns = [
 ]
 
 # Each stand-in serves under its own prefix once it has a urls.py.
-_PREFIXES = {"sandbox.horizon": "horizon/", "sandbox.ap": "ap/", "sandbox.razorpay": "razorpay/"}
+_PREFIXES = {"sandbox.horizon": "horizon/", "sandbox.ap": "ap/", "sandbox.razorpay": "razorpay/",
+             "sandbox.anchor31": "anchor31/"}
 for _package in STANDINS:
     try:
         importlib.import_module(f"{_package}.urls")

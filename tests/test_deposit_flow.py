@@ -281,7 +281,7 @@ def test_twenty_concurrent_releases_from_one_source_account(clean_sandbox, setti
         for transaction_id in ids:
             tasks.deposit_release.delay(transaction_id)
         wait_for(lambda: DepositRelease.objects.filter(status="completed").count() == 20,
-                 timeout=120, what="20 releases completed")
+                 timeout=300, what="20 releases completed")
     finally:
         w.stop()
     for wallet, transaction_id in zip(wallets, ids, strict=True):

@@ -45,6 +45,9 @@ DEMO_TIMINGS = {
     "STELLAR_SUBMIT_TIMEOUT_S": "10", "LOG_LEVEL": "WARNING",
     "WITHDRAW_POLL_PERIOD_S": "2", "WITHDRAW_SHORT_GRACE_S": "30",
     "PAYOUT_UNKNOWN_REVIEW_S": "120",
+    "SAGA_RESUME_PERIOD_S": "2", "SAGA_DEFAULT_BACKOFF_MS": "200", "SAGA_BACKOFF_MAX_S": "2",
+    "REMITTANCE_FUNDING_POLL_S": "0.5", "REMITTANCE_ANCHOR_POLL_S": "0.5",
+    "REMITTANCE_ERROR_REFUND_GRACE_S": "5", "REMITTANCE_REFUND_DEADLINE_S": "120",
 }
 
 
@@ -175,6 +178,9 @@ class _Demo:
             line = line.rstrip("\n").rsplit(" elapsed_s=", 1)[0] + " " + \
                 self._withdrawal_summary(sandbox, withdrawals) + \
                 f" elapsed_s={time.monotonic() - started:.1f}\n"
+            line = line.rstrip("\n").rsplit(" elapsed_s=", 1)[0] + " " + \
+                self._drive_remittances(sandbox, web_url) + \
+                f" elapsed_s={time.monotonic() - started:.1f}\n"
             fired = " ".join(f"{f['name']}={f['fired']}" for f in
                              sandbox.http.get("/sandbox/faults").json()["faults"])
             self.say(f"demo: faults fired: {fired}\n")
@@ -255,6 +261,63 @@ class _Demo:
                 f"withdrawals_completed={rows.filter(status='completed').count()} "
                 f"payouts_reversed={rows.filter(status='reversed').count()} "
                 f"double_payouts={double}")
+
+    def _drive_remittances(self, sandbox, web_url: str) -> str:
+        """DEMO_REMITTANCES (default 20) remittances through the partner API, each funded
+        by the sandbox partner on chain, with a mix of anchor outcomes (about one in
+        seven rejected before funding, one in seven refunded after funding, one in ten
+        failed after funding); waits for every saga to stop and returns the summary keys.
+        ``ledger_matches_chain`` compares the hub's USDC in the ledger with the hub
+        account's USDC on the sandbox Horizon (both start at zero after the reset)."""
+        from anchor import stellar
+        from ledger import services as ledger
+        from sagas import remittances
+        from sagas.models import Saga
+
+        n = int(os.environ.get("DEMO_REMITTANCES", 20))
+        wallet = sandbox.http.get("/anchor31/sandbox/partner").json()
+        _, key = remittances.partner_create(name="demo-partner",
+                                            stellar_account=wallet["account"])
+        for fault, times in (("anchor31.reject_before_funding", n // 7),
+                             ("anchor31.refund_after_funding", n // 7),
+                             ("anchor31.fail_payout", n // 10)):
+            if times:
+                sandbox.fault(fault, times=times)
+        api = httpx.Client(base_url=web_url, timeout=30,
+                           headers={"Authorization": f"Bearer {key}"})
+
+        def one(i: int) -> int:
+            created = api.post("/api/remittances", headers={"Idempotency-Key": f"demo-{i}"},
+                               json={"amount": f"{10 + i}.25", "send_currency": "USDC",
+                                     "receive_currency": "INR", "corridor": "USDC-INR",
+                                     "beneficiary": {"name": f"Beneficiary {i}",
+                                                     "account_number": f"5010012345{i:04d}",
+                                                     "ifsc": "HDFC0001234"}})
+            created.raise_for_status()
+            body = created.json()
+            sandbox.http.post("/anchor31/sandbox/partner/pay", json={
+                "destination": body["hub_account"], "amount": body["amount"],
+                "memo_type": body["memo_type"], "memo": body["memo"]}).raise_for_status()
+            return body["id"]
+
+        with ThreadPoolExecutor(max_workers=5) as pool:
+            ids = list(pool.map(one, range(n)))
+        self.say(f"demo: {n} remittances funded by the partner; waiting for the sagas\n")
+        deadline = time.monotonic() + self.timeout
+        while (Saga.objects.filter(pk__in=ids, status__in=Saga.OPEN_STATUSES).exists()
+               and time.monotonic() < deadline):
+            time.sleep(1)
+        done = dict.fromkeys(Saga.Status.values, 0)
+        for status in Saga.objects.filter(pk__in=ids).values_list("status", flat=True):
+            done[status] += 1
+        on_chain = stellar.asset_balance(stellar.hub_keypair().public_key, stellar.usdc())
+        in_ledger = ledger.balance(account="hub", currency="USDC")
+        matches = "yes" if on_chain == in_ledger else "no"
+        shown = "no account" if on_chain is None else format(on_chain, "f")
+        self.say(f"demo: hub USDC on chain {shown}, in the ledger {in_ledger:f}\n")
+        return (f"sagas={n} sagas_completed={done['completed']} "
+                f"sagas_compensated={done['compensated']} "
+                f"sagas_manual_review={done['manual_review']} ledger_matches_chain={matches}")
 
     def _worker_argv(self, name: str, concurrency: int) -> list[str]:
         return [sys.executable, "-m", "celery", "-A", "corridor", "worker", "--pool", "threads",
