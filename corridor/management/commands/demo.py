@@ -237,9 +237,9 @@ class _Demo:
                 payout = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
                 review = WithdrawalRequest.objects.filter(
                     transaction_id=transaction_id, status="manual_review").exists()
-                done += review or (payout is not None and (
+                done += bool(review or (payout is not None and (
                     payout.status in ("reversed", "manual_review", "failed")
-                    or (payout.status == "completed" and payout.ap_completed_at)))
+                    or (payout.status == "completed" and payout.ap_completed_at))))
             if done == len(ids):
                 time.sleep(2)  # the late reversal
                 return
