@@ -197,8 +197,14 @@ class _Demo:
 
         from sandbox.drivers import Customer, Wallet
 
-        poller = PeriodicTask.objects.filter(task="payouts.tasks.poll_withdrawals")
-        poller.update(enabled=False)
+        def poller_enabled(enabled: bool) -> None:
+            # save(), not update(): the database scheduler only notices saved changes.
+            for task in PeriodicTask.objects.filter(task="payouts.tasks.poll_withdrawals"):
+                task.enabled = enabled
+                task.save()
+
+        poller_enabled(False)
+        time.sleep(6)  # beat re-reads its schedule; queued polls drain
         sandbox.fault("razorpayx.processed_then_reversed", times=1, after_s=1)
         sandbox.fault("razorpayx.settle_delay", seconds=0.5)
 
@@ -219,9 +225,7 @@ class _Demo:
                                      "CORRIDOR_CRASH_AT": "after_provider_call"},
                                 capture_output=True, text=True, timeout=120)
         self.poller_killed = doomed.returncode == -signal.SIGKILL
-        poller.update(enabled=True)
-        PeriodicTask.objects.filter(pk__in=poller.values("pk")).update(
-            last_run_at=None)  # nudge the database scheduler
+        poller_enabled(True)
         self._settle_withdrawals(ids)
         sandbox.fault("ap.stale_status")  # AP now shows pending_anchor for everything
         time.sleep(6)  # a few more poller periods on stale statuses
