@@ -93,7 +93,7 @@ def interactive(request):
     session, send the user to the form of the transaction's kind (by URL name), or to
     the status page when the transaction is already over."""
     transaction_id = request.GET.get("transaction_id", "")
-    bind_contextvars(transaction_id=transaction_id)
+    bind_contextvars(transaction_id=transaction_id[:64])
     try:
         claims = sep24.verify_interactive_token(request.GET.get("token", ""), transaction_id)
     except sep24.TokenError as exc:
@@ -121,7 +121,7 @@ def interactive(request):
 def deposit(request, transaction_id: str):
     """The deposit form: INR amount in, rate and fee shown (amount locked while the
     quote is shown; "Change amount" unlocks it), then the checkout hand-off."""
-    bind_contextvars(transaction_id=transaction_id)
+    bind_contextvars(transaction_id=transaction_id[:64])
     if not sep24.session_allows(request, transaction_id):
         return _no_session(request)
     order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
@@ -187,7 +187,7 @@ def more_info(request):
     """``GET /sep24/more_info?transaction_id=&token=``: AP's more_info_url; opens the
     session for that transaction and shows its status."""
     transaction_id = request.GET.get("transaction_id", "")
-    bind_contextvars(transaction_id=transaction_id)
+    bind_contextvars(transaction_id=transaction_id[:64])
     try:
         claims = sep24.verify_more_info_token(request.GET.get("token", ""), transaction_id)
     except sep24.TokenError as exc:
@@ -296,7 +296,7 @@ def transaction_status(request, transaction_id: str):
     AP's more_info_url. Shows AP's status in words, the steps, our own details of the
     kind (hooks above), and refreshes itself (SEP24_STATUS_REFRESH_S, default 5 s)
     until the status is final."""
-    bind_contextvars(transaction_id=transaction_id)
+    bind_contextvars(transaction_id=transaction_id[:64])
     if not sep24.session_allows(request, transaction_id):
         return sep24_error(request, "forbidden", "Open this page from your wallet to see it.",
                            403)

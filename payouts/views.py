@@ -52,7 +52,7 @@ def withdraw(request, transaction_id: str):
     """The withdrawal form: USDC amount and where to pay the INR (bank account + IFSC,
     or a UPI ID), errors next to their fields, a quote to confirm (fields locked;
     "Change details" unlocks them); then the memo and account the wallet must pay."""
-    bind_contextvars(transaction_id=transaction_id)
+    bind_contextvars(transaction_id=transaction_id[:64])
     if not sep24.session_allows(request, transaction_id):
         return sep24_error(request, "forbidden", "Open this page from your wallet to continue.",
                            403)
