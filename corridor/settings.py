@@ -196,6 +196,9 @@ DEPOSIT_MAX_INR = Decimal(env.str("DEPOSIT_MAX_INR", default="500000.00"))
 # on chain (shows that the chain check is what prevents a second payment).
 RELEASE_CHAIN_CHECK = True
 
+# How often the SEP-24 status page refreshes itself, in seconds.
+SEP24_STATUS_REFRESH_S = env.int("SEP24_STATUS_REFRESH_S", default=5)
+
 # --- Timing settings (production values are the seeds'; tests run them at ~1 s) ---
 RECONCILER_PERIOD_S = env.float("RECONCILER_PERIOD_S", default=30.0)
 RECONCILER_AGE_S = env.float("RECONCILER_AGE_S", default=25.0)
