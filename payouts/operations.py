@@ -1,0 +1,1049 @@
+"""Operator actions on withdrawals, and "expire any AP transaction" (the operator
+console, DESIGN.md §1 "Operators", §5). Shape and shared rules: anchor/operations.py
+(one keyword-only service per action, external reads first, one transaction with the
+change and its audit row, external writes after the commit, ``OperationRefused`` writes
+nothing; a ``*_preview`` beside each for the confirmation page).
+
+Audit rows: ``payouts.PayoutEvent`` (``withdrawal_payout_events``) for payouts and
+withdrawal requests, ``anchor.ApTransactionEvent`` (``ap_transaction_events``) for
+expiry.
+
+Services, their permissions, and what they do to money and state:
+
+- ``payout_confirm_paid`` (``payouts.confirm_payout_paid``): no money moves; records a
+  UTR an operator saw paid; ``completed``, then AP ``notify_offchain_funds_sent``.
+- ``payout_mark_failed`` (``payouts.mark_payout_failed``): no money moves; ``failed``
+  once the provider shows no payout that could still pay.
+- ``payout_new_attempt`` (``payouts.new_payout_attempt``): pays the INR again under a
+  NEW key, only after the provider said failed/cancelled/rejected for the last one.
+- ``withdrawal_accept_short`` (``payouts.accept_short_withdrawal``): pays the INR the
+  USDC received buys; AP ``notify_amounts_updated``.
+- ``withdrawal_refund_on_chain`` (``payouts.refund_withdrawal``): sends the USDC
+  received back to its sender; AP ``notify_refund_sent``.
+- ``ap_transaction_expire`` (``anchor.expire_ap_transaction``): no money moves; AP
+  ``notify_transaction_expired`` before any funds arrived.
+
+``ap_transaction_expire`` lives here, not in anchor, because proving that no funds
+arrived needs the withdrawal receipts as well as the deposit payments, and imports
+point payouts -> anchor.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+import zlib
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from anchor import platform, stellar
+from anchor import razorpay as rzp
+from anchor.models import ApTransactionEvent, DepositOrder, DepositPayment
+from anchor.operations import (
+    OperationRefused,
+    Preview,
+    clean_note,
+    operator_name,
+    require_permission,
+)
+from payouts import guard, receipts
+from payouts.models import (
+    PayoutAttempt,
+    PayoutEvent,
+    StellarReceipt,
+    WithdrawalPayout,
+    WithdrawalRefund,
+    WithdrawalRequest,
+)
+from payouts.providers.base import Beneficiary, ProviderError, ProviderPayout
+from payouts.withdrawals import (
+    ACCOUNT_NUMBER,
+    IFSC,
+    NAME,
+    VPA,
+    WithdrawalInputError,
+    quote,
+)
+
+log = logging.getLogger(__name__)
+P = WithdrawalPayout.Status
+R = WithdrawalRequest.Status
+F = WithdrawalRefund.Status
+# A UTR as banks print it: IMPS/UPI 12 digits (RRN), NEFT/RTGS up to 22 alphanumerics.
+UTR = re.compile(r"^[A-Za-z0-9]{6,35}$")
+# AP statuses from which nothing can arrive or leave any more (AP NOTES §1.6).
+AP_CLOSED = ("completed", "refunded", "expired", "error")
+# AP statuses in which AP itself has not seen funds (expiry allowed, NOTES §1.6).
+AP_BEFORE_FUNDS = ("incomplete", "pending_user_transfer_start")
+
+
+def _usdc_asset() -> str:
+    return f"stellar:{settings.STELLAR_USDC_CODE}:{settings.STELLAR_USDC_ISSUER}"
+
+
+def _usdc() -> str:
+    return f"{settings.STELLAR_USDC_CODE}:{settings.STELLAR_USDC_ISSUER}"
+
+
+def _amount_text(amount: Decimal) -> str:
+    """A Decimal as AP wants it: plain, no trailing zeros (``9.5``, ``10``)."""
+    text = format(amount, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _ap_read(transaction_id: str) -> dict:
+    try:
+        ap_tx = platform.get_transaction(transaction_id)
+    except platform.PlatformError as exc:
+        raise OperationRefused(f"AP cannot be read: {exc}") from exc
+    if ap_tx is None:
+        raise OperationRefused(f"AP has no transaction {transaction_id}")
+    return ap_tx
+
+
+def _provider_view(transaction_id: str) -> list[ProviderPayout]:
+    """Every provider payout under our reference (the AP id), asked now. Raises
+    OperationRefused when the provider cannot be asked."""
+    try:
+        return guard.provider().find_by_reference(transaction_id)
+    except (rzp.RazorpayError, ProviderError) as exc:
+        raise OperationRefused(f"the payout provider cannot be asked: {exc}") from exc
+
+
+def _describe_provider(found: list[ProviderPayout]) -> list[dict]:
+    return [{"id": p.payout_id, "status": p.status, "utr": p.utr, "amount_paise": p.amount_paise,
+             "reason": p.reason} for p in found]
+
+
+def _event(*, transaction_id: str, event: str, operator, note: str, detail: dict,
+           payout: WithdrawalPayout | None = None,
+           request: WithdrawalRequest | None = None) -> PayoutEvent:
+    return PayoutEvent.objects.create(transaction_id=transaction_id, payout=payout,
+                                      request=request, event=event, detail=detail,
+                                      operator=operator_name(operator), note=note)
+
+
+def _payout(payout_id: int) -> WithdrawalPayout:
+    payout = WithdrawalPayout.objects.filter(pk=payout_id).first()
+    if payout is None:
+        raise OperationRefused(f"payout {payout_id} does not exist")
+    return payout
+
+
+def _payout_evidence(payout: WithdrawalPayout) -> list[tuple[str, object]]:
+    attempts = [{"number": a.number, "idempotency_key": str(a.idempotency_key),
+                 "provider_payout_id": a.provider_payout_id,
+                 "provider_status": a.provider_status}
+                for a in payout.attempt_rows.order_by("number")]
+    return [("AP transaction", payout.transaction_id), ("status", payout.status),
+            ("reason", payout.last_error),
+            ("amount", f"{rzp.paise_to_rupees(payout.amount_paise)} {payout.currency}"),
+            ("fund account", f"{payout.fund_account_id} ({payout.mode})"),
+            ("UTR", payout.reference or "(none)"), ("attempts", attempts)]
+
+
+# --- payout: confirm paid with a UTR -------------------------------------------------
+
+@dataclass
+class _ConfirmCheck:
+    payout: WithdrawalPayout
+    provider: list[dict] | str
+
+
+def _confirm_paid_check(payout_id: int, utr: str | None) -> _ConfirmCheck:
+    """A payout in ``manual_review`` (outcome unknown, or stuck past the provider's
+    settlement window) that an operator saw paid on the bank statement, or a
+    ``reversed`` one the operator paid again outside Corridor (DESIGN.md §5: a reversal
+    is never retried by itself; it waits in the operators' queue). The provider is
+    asked first: a UTR that contradicts what it reports is refused."""
+    payout = _payout(payout_id)
+    if payout.status not in (P.MANUAL_REVIEW, P.REVERSED):
+        raise OperationRefused(f"payout is {payout.status}; only a payout in manual_review "
+                               "or reversed is confirmed by hand")
+    if utr is not None and not UTR.match(utr):
+        raise OperationRefused("a UTR is 6-35 letters or digits")
+    try:
+        found = guard.provider().find_by_reference(payout.transaction_id)
+    except (rzp.RazorpayError, ProviderError) as exc:
+        # The operator's evidence (the bank statement) stands on its own; record the gap.
+        return _ConfirmCheck(payout, f"provider unreachable: {exc}")
+    failed = guard.provider().failed_statuses
+    for p in found:
+        if payout.status == P.MANUAL_REVIEW:
+            if p.status == "reversed":
+                raise OperationRefused(f"the provider reports {p.payout_id} reversed: the "
+                                       "money came back, it was not paid")
+            if utr and p.status == "processed" and p.utr and p.utr != utr:
+                raise OperationRefused(f"the provider reports {p.payout_id} processed with "
+                                       f"UTR {p.utr}, not {utr}")
+        elif utr and p.utr == utr:
+            raise OperationRefused(f"{utr} is the UTR of {p.payout_id}, which the bank "
+                                   "reversed; give the UTR of the new payment")
+    if payout.status == P.MANUAL_REVIEW and found and all(p.status in failed for p in found):
+        raise OperationRefused("the provider reports every payout under this reference "
+                               "failed: nothing was paid through it")
+    return _ConfirmCheck(payout, _describe_provider(found))
+
+
+def payout_confirm_paid_preview(*, payout_id: int) -> Preview:
+    payout = WithdrawalPayout.objects.get(pk=payout_id)
+    preview = Preview(evidence=_payout_evidence(payout))
+    try:
+        check = _confirm_paid_check(payout_id, None)
+        preview.evidence.append(("provider now", check.provider))
+    except OperationRefused as exc:
+        preview.refusal = str(exc)
+    rupees = rzp.paise_to_rupees(payout.amount_paise)
+    preview.will = [
+        f"Record that the customer was paid ₹{rupees} with the UTR you give: the payout "
+        "becomes completed. No money moves and nothing is sent to the provider.",
+        "Write one withdrawal_payout_events row with your name, the UTR and your note, in "
+        "the same transaction.",
+        ("AP already shows this withdrawal completed (a reversed payout cannot be shown "
+         "there): nothing is sent to AP." if payout.ap_completed_at else
+         "Then tell AP notify_offchain_funds_sent with the UTR (AP -> completed)."),
+    ]
+    return preview
+
+
+def payout_confirm_paid(*, payout_id: int, utr: str, operator, note: str) -> WithdrawalPayout:
+    """Record a payout an operator saw paid: ``completed`` with ``utr`` (the bank's
+    reference, 6-35 alphanumerics), then AP ``notify_offchain_funds_sent`` with it
+    unless AP was completed already (a reversed payout, DESIGN.md §5 and invariant 6's
+    exemption). Moves no money. Raises OperationRefused."""
+    require_permission(operator, "payouts.confirm_payout_paid")
+    note = clean_note(note)
+    utr = (utr or "").strip()
+    if not utr:
+        raise OperationRefused("the UTR is required")
+    check = _confirm_paid_check(payout_id, utr)
+    with transaction.atomic():
+        current = WithdrawalPayout.objects.select_for_update().get(pk=payout_id)
+        if current.status != check.payout.status:
+            raise OperationRefused(f"payout changed since it was checked (now {current.status})")
+        previous, previous_utr = current.status, current.reference
+        current.status, current.reference = P.COMPLETED, utr
+        current.last_error = f"confirmed paid by {operator_name(operator)}"
+        current.save(update_fields=["status", "reference", "last_error", "updated_at"])
+        _event(transaction_id=current.transaction_id, payout=current,
+               request=WithdrawalRequest.objects.filter(
+                   transaction_id=current.transaction_id).first(),
+               event="payout.confirm_paid", operator=operator, note=note,
+               detail={"utr": utr, "previous_status": previous,
+                       "previous_utr": previous_utr, "provider": check.provider})
+    if current.ap_completed_at is None:
+        return guard.payout_complete_ap(payout=current)
+    return current
+
+
+# --- payout: mark failed ---------------------------------------------------------------
+
+def _mark_failed_check(payout_id: int) -> tuple[WithdrawalPayout, list[ProviderPayout]]:
+    """Only a payout in ``manual_review``, and only when the provider, asked now, holds
+    no payout under our reference that could still pay (DESIGN.md §5: never
+    ``failed`` by timeout; an unknown outcome stays unknown until the provider says)."""
+    payout = _payout(payout_id)
+    if payout.status != P.MANUAL_REVIEW:
+        raise OperationRefused(f"payout is {payout.status}; only a payout in manual_review "
+                               "is marked failed by hand")
+    found = _provider_view(payout.transaction_id)
+    live = [p for p in found if p.status not in guard.provider().failed_statuses]
+    if live:
+        raise OperationRefused("the provider still holds " + ", ".join(
+            f"{p.payout_id} ({p.status})" for p in live) + ": it may pay")
+    return payout, found
+
+
+def payout_mark_failed_preview(*, payout_id: int) -> Preview:
+    payout = WithdrawalPayout.objects.get(pk=payout_id)
+    preview = Preview(evidence=_payout_evidence(payout))
+    try:
+        _, found = _mark_failed_check(payout_id)
+        preview.evidence.append(("provider now", _describe_provider(found) or "no payout"))
+    except OperationRefused as exc:
+        preview.refusal = str(exc)
+    preview.will = [
+        "Mark the payout failed: the provider shows nothing under this withdrawal that "
+        "could still pay. No money moves.",
+        "Copy the provider's statuses onto the attempts and write one "
+        "withdrawal_payout_events row with your name and note, in one transaction.",
+        "AP is not told: the withdrawal then waits for a new attempt or a refund.",
+    ]
+    return preview
+
+
+def payout_mark_failed(*, payout_id: int, operator, note: str) -> WithdrawalPayout:
+    """``manual_review`` -> ``failed`` once the provider shows every payout under our
+    reference failed (or none at all). Moves no money; AP is left as it is. Raises
+    OperationRefused."""
+    require_permission(operator, "payouts.mark_payout_failed")
+    note = clean_note(note)
+    _, found = _mark_failed_check(payout_id)
+    with transaction.atomic():
+        current = WithdrawalPayout.objects.select_for_update().get(pk=payout_id)
+        if current.status != P.MANUAL_REVIEW:
+            raise OperationRefused(f"payout changed since it was checked (now {current.status})")
+        for p in found:
+            PayoutAttempt.objects.filter(payout=current, provider_payout_id=p.payout_id).update(
+                provider_status=p.status, updated_at=timezone.now())
+        previous_error = current.last_error
+        current.status = P.FAILED
+        current.last_error = f"marked failed by {operator_name(operator)}: {note}"[:2000]
+        current.save(update_fields=["status", "last_error", "updated_at"])
+        _event(transaction_id=current.transaction_id, payout=current,
+               request=WithdrawalRequest.objects.filter(
+                   transaction_id=current.transaction_id).first(),
+               event="payout.mark_failed", operator=operator, note=note,
+               detail={"previous_error": previous_error,
+                       "provider": _describe_provider(found)})
+    return current
+
+
+# --- payout: a new attempt with a new key ----------------------------------------------
+
+def parse_beneficiary(*, name: str, account_number: str = "", ifsc: str = "",
+                      vpa: str = "") -> Beneficiary:
+    """Corrected bank details for a new attempt: a bank account (name, account number,
+    IFSC) or a UPI VPA (name, vpa); the rules of the withdrawal form
+    (payouts/withdrawals.py). Raises WithdrawalInputError."""
+    errors: dict[str, str] = {}
+    name = " ".join((name or "").split())
+    if not NAME.match(name):
+        errors["name"] = "Enter the account holder's name (3-50 letters)."
+    if vpa:
+        if not VPA.match(vpa.strip()):
+            errors["vpa"] = "Enter a UPI ID such as name@bank."
+        beneficiary = Beneficiary(name=name, kind="vpa", vpa=vpa.strip())
+    else:
+        account = (account_number or "").replace(" ", "")
+        ifsc = (ifsc or "").strip().upper()
+        if not ACCOUNT_NUMBER.match(account):
+            errors["account_number"] = "Enter the bank account number (5-35 letters or digits)."
+        if not IFSC.match(ifsc):
+            errors["ifsc"] = "Enter the 11-character IFSC, such as HDFC0001234."
+        beneficiary = Beneficiary(name=name, kind="bank_account", account_number=account,
+                                  ifsc=ifsc)
+    if errors:
+        raise WithdrawalInputError(errors)
+    return beneficiary
+
+
+@dataclass
+class _AttemptCheck:
+    payout: WithdrawalPayout
+    latest: PayoutAttempt
+    ap_status: str
+
+
+def _new_attempt_check(payout_id: int) -> _AttemptCheck:
+    """DESIGN.md §5: "a new key is minted only after the provider has said failed for
+    the old one, and only by an operator's action"; failed means RazorpayX's final
+    failed, cancelled or rejected (razorpay/NOTES.md §2.6). Not after a refund began,
+    and only while AP can still complete the withdrawal (NOTES §1.6)."""
+    payout = _payout(payout_id)
+    latest = payout.attempt_rows.get(number=payout.attempts)
+    failed = guard.provider().failed_statuses
+    if latest.provider_status not in failed:
+        raise OperationRefused(
+            f"the provider's status for attempt {latest.number} is "
+            f"'{latest.provider_status or 'unknown'}'; a new key is minted only after the "
+            f"provider said {'/'.join(sorted(failed))}")
+    if payout.status != P.FAILED:
+        raise OperationRefused(f"payout is {payout.status}; a new attempt only follows a "
+                               "failed payout (mark it failed first)")
+    if WithdrawalRefund.objects.filter(transaction_id=payout.transaction_id).exists():
+        raise OperationRefused("a refund of this withdrawal was started")
+    ap_status = _ap_read(payout.transaction_id).get("status")
+    if ap_status not in ("pending_anchor", "pending_external"):
+        raise OperationRefused(f"AP shows the withdrawal {ap_status}: it can no longer be "
+                               "completed with a payout")
+    return _AttemptCheck(payout, latest, ap_status)
+
+
+def payout_new_attempt_preview(*, payout_id: int) -> Preview:
+    payout = WithdrawalPayout.objects.get(pk=payout_id)
+    preview = Preview(evidence=_payout_evidence(payout))
+    try:
+        check = _new_attempt_check(payout_id)
+        preview.evidence.append(("AP status", check.ap_status))
+    except OperationRefused as exc:
+        preview.refusal = str(exc)
+    rupees = rzp.paise_to_rupees(payout.amount_paise)
+    preview.will = [
+        "If you give corrected bank details, register them with the provider first (a new "
+        "fund account); otherwise the same fund account is used.",
+        f"Mint attempt {payout.attempts + 1} with a NEW idempotency key (the provider said "
+        "the last one failed, so no money moved under it), set the payout back to "
+        "processing and write one withdrawal_payout_events row with your name and note, "
+        "in one transaction.",
+        f"Then ask the provider to pay ₹{rupees} under the new key; the guard completes AP "
+        "with the UTR when the provider reports it processed.",
+    ]
+    return preview
+
+
+def payout_new_attempt(*, payout_id: int, operator, note: str,
+                       beneficiary: Beneficiary | None = None) -> WithdrawalPayout:
+    """A new provider attempt for a ``failed`` payout whose latest attempt the provider
+    reported failed/cancelled/rejected: a new ``payout_attempts`` row with a fresh UUID
+    key, status ``processing``, then the disbursement under that key
+    (``guard.payout_disburse_current``). ``beneficiary``: corrected bank details,
+    registered with the provider (contact + fund account) before the transaction.
+    ``created_at`` restarts, so the guard's review clocks (unknown outcome, settlement
+    window: DESIGN.md §5) count from this attempt, not from the first claim.
+
+    Money: pays ``amount_paise`` INR once more; the previous key is dead at the
+    provider, so at most one of the attempts pays (invariant 1). Raises
+    OperationRefused."""
+    require_permission(operator, "payouts.new_payout_attempt")
+    note = clean_note(note)
+    check = _new_attempt_check(payout_id)
+    transaction_id = check.payout.transaction_id
+    registered = None
+    if beneficiary is not None:
+        try:
+            registered = guard.provider().register_beneficiary(beneficiary=beneficiary,
+                                                               reference=transaction_id)
+        except (ProviderError, rzp.RazorpayError) as exc:
+            raise OperationRefused(f"the provider refused the bank details: {exc}") from exc
+    with transaction.atomic():
+        # Lock order everywhere: the request, then the payout.
+        request = WithdrawalRequest.objects.select_for_update().filter(
+            transaction_id=transaction_id).first()
+        current = WithdrawalPayout.objects.select_for_update().get(pk=payout_id)
+        if current.status != P.FAILED or current.attempts != check.payout.attempts:
+            raise OperationRefused(f"payout changed since it was checked (now "
+                                   f"{current.status}, attempt {current.attempts})")
+        if WithdrawalRefund.objects.filter(transaction_id=transaction_id).exists():
+            raise OperationRefused("a refund of this withdrawal was started")
+        attempt = PayoutAttempt.objects.create(payout=current, number=current.attempts + 1,
+                                               idempotency_key=uuid.uuid4())
+        detail = {"previous_attempt": check.latest.number,
+                  "previous_key": str(check.latest.idempotency_key),
+                  "previous_provider_payout_id": check.latest.provider_payout_id,
+                  "previous_provider_status": check.latest.provider_status,
+                  "previous_error": current.last_error,
+                  "attempt": attempt.number, "key": str(attempt.idempotency_key)}
+        if registered is not None:
+            contact_id, fund_account_id = registered
+            detail.update(previous_fund_account=current.fund_account_id,
+                          fund_account=fund_account_id, beneficiary=beneficiary.masked())
+            current.fund_account_id = fund_account_id
+            current.mode = "UPI" if beneficiary.kind == "vpa" else "IMPS"
+            if request is not None:
+                WithdrawalRequest.objects.filter(pk=request.pk).update(
+                    contact_id=contact_id, fund_account_id=fund_account_id,
+                    beneficiary_type=beneficiary.kind,
+                    beneficiary_display=beneficiary.masked(), updated_at=timezone.now())
+        detail["previous_created_at"] = current.created_at.isoformat()
+        current.attempts = attempt.number
+        current.status = P.PROCESSING
+        current.provider_payout_id = ""  # the new attempt's payout is recorded on its own
+        current.reference = ""
+        current.last_error = ""
+        # The guard's clocks (PAYOUT_UNKNOWN_REVIEW_S, PAYOUT_SETTLEMENT_WINDOW_S) run from
+        # created_at; they restart with the attempt the provider now holds (the first
+        # claim's time stays on attempt 1's row and in this audit row).
+        current.created_at = timezone.now()
+        current.save()
+        _event(transaction_id=transaction_id, payout=current, request=request,
+               event="payout.new_attempt", operator=operator, note=note, detail=detail)
+    log.info("payout %s: attempt %s minted by %s", transaction_id, attempt.number,
+             operator_name(operator))
+    return guard.payout_disburse_current(payout_id=payout_id)
+
+
+# --- withdrawal: accept a short amount -----------------------------------------------
+
+def _request(request_id: int) -> WithdrawalRequest:
+    request = WithdrawalRequest.objects.filter(pk=request_id).first()
+    if request is None:
+        raise OperationRefused(f"withdrawal request {request_id} does not exist")
+    return request
+
+
+def _request_evidence(request: WithdrawalRequest) -> list[tuple[str, object]]:
+    return [("AP transaction", request.transaction_id), ("status", request.status),
+            ("reason", request.review_reason),
+            ("expected", f"{request.amount_in} USDC (fee {request.fee})"),
+            ("received", f"{request.received_amount} USDC" if request.received_amount
+             is not None else "(nothing verified)"),
+            ("INR", f"₹{request.amount_out} at {request.rate}"),
+            ("beneficiary", request.beneficiary_display),
+            ("memo", f"{request.memo_type} {request.memo}"), ("sender", request.source_account),
+            ("chain evidence", request.chain_evidence)]
+
+
+@dataclass
+class _ShortCheck:
+    request: WithdrawalRequest
+    verdict: receipts.Verdict
+    ap_tx: dict
+    amount_out: Decimal
+
+
+def _accept_short_check(request_id: int) -> _ShortCheck:
+    """A request in ``manual_review`` because the USDC received under its memo is short
+    of what was asked (receipts.verify: right account, asset, sender and decimals, and
+    no other withdrawal sharing the memo; only the amount is short), with nothing paid
+    or refunded yet. New receipts are read from Horizon first, so a late top-up is
+    counted. AP must hold the withdrawal in ``pending_anchor`` (funds received) or
+    ``pending_user_transfer_start`` (its observer missed the payment), the states from
+    which ``notify_amounts_updated`` can be reached (AP NOTES §1.5-1.6)."""
+    request = _request(request_id)
+    if request.status != R.MANUAL_REVIEW:
+        raise OperationRefused(f"withdrawal is {request.status}; only one in manual_review "
+                               "is accepted short")
+    if WithdrawalPayout.objects.filter(transaction_id=request.transaction_id).exists():
+        raise OperationRefused("a payout exists for this withdrawal")
+    if WithdrawalRefund.objects.filter(transaction_id=request.transaction_id).exists():
+        raise OperationRefused("a refund of this withdrawal was started")
+    try:
+        receipts.scan()
+    except stellar.HorizonUnavailable as exc:
+        raise OperationRefused(f"Horizon cannot be read, so the receipts may be "
+                               f"incomplete: {exc}") from exc
+    verdict = receipts.verify(request, ap_source=request.source_account)
+    if verdict.outcome == "ok":
+        raise OperationRefused("the full amount has arrived since: nothing is short")
+    if verdict.outcome == "review":
+        raise OperationRefused(f"the payment does not match for another reason: "
+                               f"{verdict.reason}")
+    if verdict.received <= 0:
+        raise OperationRefused("no USDC has arrived under this withdrawal's memo")
+    try:
+        amount_out = quote(verdict.received).amount_out
+    except WithdrawalInputError as exc:
+        raise OperationRefused(f"{verdict.received} USDC does not cover the fee: refund it "
+                               "instead") from exc
+    ap_tx = _ap_read(request.transaction_id)
+    if ap_tx.get("status") not in ("pending_anchor", "pending_user_transfer_start"):
+        raise OperationRefused(f"AP shows the withdrawal {ap_tx.get('status')}")
+    return _ShortCheck(request, verdict, ap_tx, amount_out)
+
+
+def withdrawal_accept_short_preview(*, request_id: int) -> Preview:
+    request = WithdrawalRequest.objects.get(pk=request_id)
+    preview = Preview(evidence=_request_evidence(request))
+    received, amount_out = "the USDC received", "the INR it buys"
+    try:
+        check = _accept_short_check(request_id)
+        received, amount_out = f"{check.verdict.received} USDC", f"₹{check.amount_out}"
+        preview.evidence += [("received now", received), ("AP status", check.ap_tx["status"])]
+    except OperationRefused as exc:
+        preview.refusal = str(exc)
+    preview.will = [
+        f"Tell AP notify_amounts_updated: the customer gets {amount_out} for {received} "
+        f"(instead of ₹{request.amount_out}), same fee and rate (if AP's observer missed "
+        "the payment, notify_onchain_funds_received first).",
+        "Set the withdrawal to the amount received, mark it verified and write one "
+        "withdrawal_payout_events row with your name and note, in one transaction.",
+        f"Then pay {amount_out} through the payout guard (one payout, at most once).",
+    ]
+    return preview
+
+
+def withdrawal_accept_short(*, request_id: int, operator, note: str) -> WithdrawalRequest:
+    """Accept the short USDC a customer sent and pay the INR it buys at the quoted rate
+    and fee (payouts/withdrawals.py ``quote``): AP ``notify_amounts_updated`` (amount_out
+    and fee_details; AP NOTES §1.5) first, then one commit (amounts, ``funds_verified``,
+    the audit row), then the payout guard (``guard.payout_run``, at most once).
+
+    Money: pays ``quote(received).amount_out`` INR instead of the amount first quoted;
+    the USDC stays with us. Raises OperationRefused."""
+    require_permission(operator, "payouts.accept_short_withdrawal")
+    note = clean_note(note)
+    check = _accept_short_check(request_id)
+    request, verdict = check.request, check.verdict
+    fee = request.fee
+    try:
+        if check.ap_tx["status"] == "pending_user_transfer_start":
+            platform.rpc_once(
+                "notify_onchain_funds_received",
+                {"transaction_id": request.transaction_id,
+                 "stellar_transaction_id": verdict.first_hash,
+                 "amount_in": {"amount": _amount_text(verdict.received)}},
+                reached=lambda tx: tx["status"] != "pending_user_transfer_start")
+        platform.rpc("notify_amounts_updated", {
+            "transaction_id": request.transaction_id,
+            "amount_out": {"amount": format(check.amount_out, "f")},
+            "fee_details": {"total": _amount_text(fee), "asset": _usdc_asset()}})
+    except (platform.RpcError, platform.PlatformError) as exc:
+        raise OperationRefused(f"AP refused the new amounts: {exc}") from exc
+    with transaction.atomic():
+        current = WithdrawalRequest.objects.select_for_update().get(pk=request_id)
+        if current.status != R.MANUAL_REVIEW or WithdrawalRefund.objects.filter(
+                transaction_id=current.transaction_id).exists():
+            raise OperationRefused(f"withdrawal changed since it was checked (now "
+                                   f"{current.status})")
+        detail = {"expected": format(current.amount_in, "f"),
+                  "received": format(verdict.received, "f"),
+                  "previous_amount_out": format(current.amount_out, "f"),
+                  "amount_out": format(check.amount_out, "f"), "fee": format(fee, "f"),
+                  "previous_reason": current.review_reason, "receipts": verdict.evidence}
+        current.amount_in = verdict.received
+        current.amount_out = check.amount_out
+        current.amount_out_paise = rzp.rupees_to_paise(check.amount_out)
+        current.received_amount = verdict.received
+        current.chain_evidence = verdict.evidence
+        current.status = R.FUNDS_VERIFIED
+        current.review_reason = (f"short amount accepted by {operator_name(operator)} "
+                                 f"(expected {detail['expected']})")
+        current.save()
+        _event(transaction_id=current.transaction_id, request=current,
+               event="withdrawal.accept_short", operator=operator, note=note, detail=detail)
+    guard.payout_run(request=current)
+    current.refresh_from_db()
+    return current
+
+
+# --- withdrawal: refund the USDC on chain ---------------------------------------------
+
+@dataclass
+class _RefundCheck:
+    request: WithdrawalRequest
+    payout: WithdrawalPayout | None
+    receipts: list[StellarReceipt]
+    amount: Decimal
+    destination: str
+    ap_tx: dict
+    provider: list[dict] = field(default_factory=list)
+
+
+def _refund_check(request_id: int) -> _RefundCheck:
+    """When the USDC may go back: no INR was paid for it (no payout, or a ``failed``
+    payout whose every provider payout failed, asked now), the request is waiting for a
+    person (``manual_review``) or its payout failed, and every USDC receipt under its
+    memo came from one sender. AP must be able to record a refund: ``pending_anchor``
+    with funds received (``notify_refund_sent``), or ``pending_external``
+    (``notify_refund_pending`` moves it to ``pending_anchor`` first); AP NOTES §1.5-1.6.
+    """
+    request = _request(request_id)
+    if WithdrawalRefund.objects.filter(transaction_id=request.transaction_id).exists():
+        raise OperationRefused("a refund exists already")
+    payout = WithdrawalPayout.objects.filter(transaction_id=request.transaction_id).first()
+    provider: list[dict] = []
+    if payout is None:
+        if request.status != R.MANUAL_REVIEW:
+            raise OperationRefused(f"withdrawal is {request.status} with no payout; only one "
+                                   "in manual_review, or one whose payout failed, is refunded")
+    else:
+        if payout.status != P.FAILED:
+            raise OperationRefused(f"its payout is {payout.status}: INR may have been paid")
+        found = _provider_view(payout.transaction_id)
+        live = [p for p in found if p.status not in guard.provider().failed_statuses]
+        if live:
+            raise OperationRefused("the provider still holds " + ", ".join(
+                f"{p.payout_id} ({p.status})" for p in live))
+        provider = _describe_provider(found)
+    try:
+        receipts.scan()
+    except stellar.HorizonUnavailable as exc:
+        raise OperationRefused(f"Horizon cannot be read: {exc}") from exc
+    rows = list(StellarReceipt.objects.filter(
+        memo_type=request.memo_type or "id", memo=request.memo,
+        to_account=receipts.withdraw_account()).order_by("paging_token"))
+    usdc = [r for r in rows if r.asset == _usdc()]
+    if not usdc:
+        raise OperationRefused("no USDC arrived under this withdrawal's memo")
+    if request.memo and WithdrawalRequest.objects.filter(
+            memo=request.memo, memo_type=request.memo_type).exclude(pk=request.pk).exists():
+        raise OperationRefused("another withdrawal shares this memo: whose USDC this is "
+                               "cannot be told")
+    senders = {r.from_account for r in usdc}
+    if len(senders) != 1:
+        raise OperationRefused(f"the USDC came from {len(senders)} senders: "
+                               + ", ".join(sorted(senders)))
+    ap_tx = _ap_read(request.transaction_id)
+    if ap_tx.get("status") not in ("pending_anchor", "pending_external"):
+        raise OperationRefused(f"AP shows the withdrawal {ap_tx.get('status')}; AP records a "
+                               "refund only from pending_anchor (funds received) or "
+                               "pending_external")
+    amount = sum((r.amount for r in usdc), Decimal(0))
+    return _RefundCheck(request, payout, usdc, amount, senders.pop(), ap_tx, provider)
+
+
+def withdrawal_refund_preview(*, request_id: int) -> Preview:
+    request = WithdrawalRequest.objects.get(pk=request_id)
+    preview = Preview(evidence=_request_evidence(request))
+    refund = WithdrawalRefund.objects.filter(transaction_id=request.transaction_id).first()
+    if refund is not None:
+        preview.evidence += [("refund", f"{refund.status}: {refund.amount} USDC to "
+                                        f"{refund.destination}, hash {refund.tx_hash}"),
+                             ("refund error", refund.last_error)]
+        if refund.status == F.COMPLETED:
+            preview.refusal = "the USDC was refunded already"
+        preview.will = [
+            "Drive the refund already stored: look its hash up on Stellar, re-post the "
+            "same envelope (a new one only if the stored one is provably dead), then tell "
+            "AP notify_refund_sent. No second payment is ever made.",
+            "Write one withdrawal_payout_events row with your name and note.",
+        ]
+        return preview
+    amount, destination = "the USDC received", "its sender"
+    try:
+        check = _refund_check(request_id)
+        amount, destination = f"{check.amount} USDC", check.destination
+        preview.evidence += [("AP status", check.ap_tx["status"]),
+                             ("receipts", [r.tx_hash for r in check.receipts])]
+        if check.provider:
+            preview.evidence.append(("provider now", check.provider))
+    except OperationRefused as exc:
+        preview.refusal = str(exc)
+    preview.will = [
+        f"Send {amount} from the distribution account back to {destination} on Stellar. "
+        "The signed envelope and its hash are stored (with one withdrawal_payout_events "
+        "row naming you and your note) in one transaction before anything is submitted, "
+        "so repeating this action can never pay twice.",
+        "Then submit it and tell AP notify_refund_sent with the hash (AP -> refunded). No "
+        "INR is paid for this withdrawal afterwards.",
+    ]
+    return preview
+
+
+def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> WithdrawalRefund:
+    """Send the USDC a withdrawal received back to its sender, from the distribution
+    account, and record it in AP (``notify_refund_sent``, refund id = the Stellar hash,
+    fee 0; AP NOTES §1.5). An outbox like the deposit release (DESIGN.md §4): one
+    commit stores the signed envelope, its hash and the audit row (``withdrawal_refunds``
+    unique per withdrawal), then the envelope is submitted and AP told.
+
+    Idempotent per withdrawal: a repeat finds the stored refund and drives the same
+    envelope (a new one only once the stored one is provably dead), never a second
+    payment, with its own audit row (``withdrawal.refund_resumed``); a completed refund
+    is refused. Money: pays the USDC received under the
+    withdrawal's memo (Decimal, 7 dp) back to its single sender; the request stays in
+    ``manual_review`` so the poller never pays INR for it. The envelope's channel and
+    sequence are leased in the claim transaction, as the release outbox leases them.
+    Raises OperationRefused."""
+    require_permission(operator, "payouts.refund_withdrawal")
+    note = clean_note(note)
+    request = _request(request_id)
+    existing = WithdrawalRefund.objects.filter(transaction_id=request.transaction_id).first()
+    if existing is not None:
+        if existing.status == F.COMPLETED:
+            raise OperationRefused("the USDC was refunded already")
+        with transaction.atomic():
+            _event(transaction_id=request.transaction_id, request=request,
+                   event="withdrawal.refund_resumed", operator=operator, note=note,
+                   detail={"status": existing.status, "tx_hash": existing.tx_hash,
+                           "last_error": existing.last_error})
+        return _refund_drive(existing.pk, resumed=True)
+    check = _refund_check(request_id)
+    if check.ap_tx["status"] == "pending_external":
+        try:
+            platform.rpc_once("notify_refund_pending",
+                              {"transaction_id": request.transaction_id},
+                              reached=lambda tx: tx["status"] == "pending_anchor")
+        except (platform.RpcError, platform.PlatformError) as exc:
+            raise OperationRefused(f"AP refused notify_refund_pending: {exc}") from exc
+    holder = _holder(request.transaction_id)
+    memo_type = check.ap_tx.get("refund_memo_type") or "none"
+    memo = check.ap_tx.get("refund_memo") or ""
+    max_time = _max_time()
+    try:
+        with transaction.atomic():
+            current = WithdrawalRequest.objects.select_for_update().get(pk=request_id)
+            payout = WithdrawalPayout.objects.select_for_update().filter(
+                transaction_id=current.transaction_id).first()
+            if (payout is None and current.status != R.MANUAL_REVIEW) or (
+                    payout is not None and payout.status != P.FAILED) or (
+                    (payout is None) != (check.payout is None)):
+                raise OperationRefused("the withdrawal changed since it was checked")
+            channel, sequence = stellar.lease_channel(holder=holder,
+                                                      until=stellar.lease_end(max_time))
+            envelope = stellar.build_payment(
+                channel=channel, sequence=sequence, destination=check.destination,
+                amount=check.amount, memo_type=memo_type, memo=memo, max_time=max_time)
+            refund = WithdrawalRefund.objects.create(
+                request=current, transaction_id=current.transaction_id,
+                destination=check.destination, amount=check.amount, memo=memo,
+                memo_type=memo_type, source_account=channel.public_key, sequence=sequence,
+                envelope_xdr=envelope.to_xdr(), tx_hash=envelope.hash_hex(),
+                max_time=datetime.fromtimestamp(max_time, UTC))
+            _event(transaction_id=current.transaction_id, request=current, payout=payout,
+                   event="withdrawal.refund", operator=operator, note=note,
+                   detail={"amount": format(check.amount, "f"),
+                           "destination": check.destination, "tx_hash": refund.tx_hash,
+                           "receipts": [r.tx_hash for r in check.receipts],
+                           "ap_status": check.ap_tx["status"], "provider": check.provider})
+    except IntegrityError as exc:  # a concurrent refund of the same withdrawal won
+        raise OperationRefused("a refund exists already") from exc
+    except (stellar.NoChannelFree, stellar.HorizonUnavailable, ValueError) as exc:
+        raise OperationRefused(f"no refund envelope could be built now: {exc}") from exc
+    log.info("withdrawal %s: refund %s stored by %s", request.transaction_id, refund.tx_hash,
+             operator_name(operator))
+    return _refund_drive(refund.pk, resumed=False)
+
+
+def _holder(transaction_id: str) -> str:
+    return f"refund:{transaction_id}"
+
+
+def _max_time() -> int:
+    return int(timezone.now().timestamp() + settings.STELLAR_TX_TIMEOUT_S)
+
+
+@contextmanager
+def _refund_lock(refund_id: int):
+    """Session advisory lock: one drive of a refund at a time, across processes."""
+    key = zlib.crc32(f"withdrawal_refund:{refund_id}".encode())
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        got = cursor.fetchone()[0]
+    try:
+        yield got
+    finally:
+        if got:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
+def _refund_drive(refund_id: int, *, resumed: bool) -> WithdrawalRefund:
+    """Submit a stored refund and tell AP. ``resumed``: an earlier drive may have
+    submitted it, so the chain is read first (DESIGN.md §4 steps 2-3)."""
+    with _refund_lock(refund_id) as got:
+        refund = WithdrawalRefund.objects.get(pk=refund_id)
+        if not got:
+            return refund
+        try:
+            if refund.status == F.SUBMITTING:
+                refund = _refund_submit(refund, resumed=resumed)
+            if refund.status == F.SUBMITTED:
+                refund = _refund_notify(refund)
+        except (platform.PlatformError, stellar.HorizonUnavailable,
+                stellar.NoChannelFree) as exc:
+            _refund_note(refund, f"{type(exc).__name__}: {exc}")
+        return WithdrawalRefund.objects.get(pk=refund_id)
+
+
+def _refund_dead(refund: WithdrawalRefund) -> bool:
+    """horizon/NOTES.md §2.6 rule 3 (as ``releases._envelope_dead``): the channel's
+    sequence moved past ours, or Horizon's latest ledger closed after max_time."""
+    if stellar.account_sequence(refund.source_account) >= refund.sequence:
+        return True
+    return stellar.latest_ledger_close_time() > refund.max_time
+
+
+def _refund_submit(refund: WithdrawalRefund, *, resumed: bool) -> WithdrawalRefund:
+    if resumed:
+        dead = _refund_dead(refund)  # deadness first, then the hash (see releases)
+        found = stellar.find_transaction(refund.tx_hash)
+        if found is not None:
+            return _refund_landed(refund, found)
+        if dead:
+            refund = _refund_rebuild(refund)
+    result = stellar.submit(refund.envelope_xdr)
+    if result.kind == "applied":
+        return _refund_landed(refund, {"successful": True})
+    if result.kind == "unknown":
+        _refund_note(refund, f"submit outcome unknown: {result.detail}")
+        return WithdrawalRefund.objects.get(pk=refund.pk)
+    found = stellar.find_transaction(refund.tx_hash)
+    if found is not None:
+        return _refund_landed(refund, found)
+    reason = f"{result.tx_code} {' '.join(result.op_codes)}".strip()
+    if result.tx_code in ("tx_bad_seq", "tx_too_late") and _refund_dead(refund):
+        _refund_rebuild(refund)  # the operator's next try submits the new envelope
+        _refund_note(refund, f"refused ({reason}); a new envelope was stored")
+    else:
+        _refund_set(refund, F.MANUAL_REVIEW, f"refused: {reason}")
+    return WithdrawalRefund.objects.get(pk=refund.pk)
+
+
+def _refund_landed(refund: WithdrawalRefund, found: dict) -> WithdrawalRefund:
+    with transaction.atomic():
+        if found.get("successful"):
+            WithdrawalRefund.objects.filter(pk=refund.pk, tx_hash=refund.tx_hash,
+                                            status=F.SUBMITTING).update(
+                status=F.SUBMITTED, last_error="", updated_at=timezone.now())
+        else:
+            _refund_set(refund, F.MANUAL_REVIEW, "included in a ledger but failed")
+        stellar.free_channel(address=refund.source_account, holder=_holder(refund.transaction_id))
+    return WithdrawalRefund.objects.get(pk=refund.pk)
+
+
+def _refund_rebuild(refund: WithdrawalRefund) -> WithdrawalRefund:
+    """Replace a provably dead envelope: new sequence, bounds and hash; one commit."""
+    max_time = _max_time()
+    holder = _holder(refund.transaction_id)
+    with transaction.atomic():
+        current = WithdrawalRefund.objects.select_for_update().get(pk=refund.pk)
+        if current.tx_hash != refund.tx_hash or current.status != F.SUBMITTING:
+            return current
+        stellar.forget_sequence(address=current.source_account, holder=holder)
+        channel, sequence = stellar.lease_channel(holder=holder,
+                                                  until=stellar.lease_end(max_time),
+                                                  resync=True)
+        envelope = stellar.build_payment(
+            channel=channel, sequence=sequence, destination=current.destination,
+            amount=current.amount, memo_type=current.memo_type, memo=current.memo,
+            max_time=max_time)
+        current.source_account = channel.public_key
+        current.sequence = sequence
+        current.envelope_xdr = envelope.to_xdr()
+        current.tx_hash = envelope.hash_hex()
+        current.max_time = datetime.fromtimestamp(max_time, UTC)
+        current.attempts += 1
+        current.last_error = "stored envelope was dead; rebuilt"
+        current.save()
+        return current
+
+
+def _refund_notify(refund: WithdrawalRefund) -> WithdrawalRefund:
+    """AP ``notify_refund_sent`` (refund id = the hash, amount in the amount_in asset,
+    fee 0): total refunded = amount_in -> ``refunded`` (NOTES §1.5). Not idempotent in
+    AP: on -32600 re-read, done if our refund id is there."""
+    asset = _usdc_asset()
+    tx_hash = refund.tx_hash
+
+    def reached(tx: dict) -> bool:
+        payments = (tx.get("refunds") or {}).get("payments") or []
+        return any(p.get("id") == tx_hash for p in payments)
+
+    try:
+        platform.rpc_once("notify_refund_sent", {
+            "transaction_id": refund.transaction_id,
+            "refund": {"id": tx_hash, "amount": {"amount": _amount_text(refund.amount),
+                                                 "asset": asset},
+                       "amount_fee": {"amount": "0", "asset": asset}}}, reached=reached)
+    except platform.RpcError as exc:
+        _refund_set(refund, F.MANUAL_REVIEW,
+                    f"the USDC is back on chain but AP refused notify_refund_sent: {exc}")
+        return WithdrawalRefund.objects.get(pk=refund.pk)
+    WithdrawalRefund.objects.filter(pk=refund.pk, status=F.SUBMITTED).update(
+        status=F.COMPLETED, last_error="", updated_at=timezone.now())
+    return WithdrawalRefund.objects.get(pk=refund.pk)
+
+
+def _refund_set(refund: WithdrawalRefund, status: str, error: str) -> None:
+    WithdrawalRefund.objects.filter(pk=refund.pk).exclude(status=F.COMPLETED).update(
+        status=status, last_error=error[:2000], updated_at=timezone.now())
+
+
+def _refund_note(refund: WithdrawalRefund, error: str) -> None:
+    WithdrawalRefund.objects.filter(pk=refund.pk).update(last_error=error[:2000],
+                                                         updated_at=timezone.now())
+
+
+# --- any AP transaction: expire it before funds arrive ---------------------------------
+
+@dataclass
+class _ExpireCheck:
+    ap_tx: dict
+    evidence: dict
+
+
+def _expire_check(transaction_id: str) -> _ExpireCheck:
+    """AP allows ``notify_transaction_expired`` from any open status while funds have
+    not been received (NOTES §1.6), but its "funds received" flag is not visible for
+    SEP-24 (§1.7) and its observer misses payments (§4.4): Corridor's own records decide.
+    Deposits: no captured payment of ours, and Razorpay (asked now) shows none captured
+    or authorized for the order. Withdrawals: no USDC receipt under the memo (Horizon
+    read now) and no payout. AP status must be ``incomplete`` or
+    ``pending_user_transfer_start``."""
+    transaction_id = (transaction_id or "").strip()
+    if not transaction_id:
+        raise OperationRefused("an AP transaction id is required")
+    ap_tx = _ap_read(transaction_id)
+    status, kind = ap_tx.get("status"), ap_tx.get("kind")
+    evidence: dict = {"kind": kind, "ap_status": status}
+    if status in AP_CLOSED:
+        raise OperationRefused(f"AP shows the transaction {status}: it is closed")
+    if status not in AP_BEFORE_FUNDS:
+        raise OperationRefused(f"AP shows the transaction {status}: funds may have arrived")
+    if kind == "deposit":
+        if DepositPayment.objects.filter(transaction_id=transaction_id).exists():
+            raise OperationRefused("Corridor recorded a captured INR payment for it")
+        order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
+        if order is not None:
+            try:
+                payments = rzp.order_payments(order.order_id)
+            except rzp.RazorpayError as exc:
+                raise OperationRefused(f"Razorpay cannot be asked about order "
+                                       f"{order.order_id}: {exc}") from exc
+            paid = [p.get("id") for p in payments
+                    if p.get("status") in ("captured", "authorized")]
+            if paid:
+                raise OperationRefused(f"Razorpay shows payment {', '.join(paid)} for order "
+                                       f"{order.order_id}")
+            evidence["order"] = order.order_id
+            evidence["razorpay_payments"] = [(p.get("id"), p.get("status")) for p in payments]
+    elif kind == "withdrawal":
+        if WithdrawalPayout.objects.filter(transaction_id=transaction_id).exists():
+            raise OperationRefused("a payout exists for it")
+        request = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
+        memo = (request.memo if request else "") or str(ap_tx.get("memo") or "")
+        memo_type = (request.memo_type if request else "") or ap_tx.get("memo_type") or "id"
+        if memo:
+            try:
+                receipts.scan()
+            except stellar.HorizonUnavailable as exc:
+                raise OperationRefused(f"Horizon cannot be read: {exc}") from exc
+            arrived = list(StellarReceipt.objects.filter(
+                memo_type=memo_type, memo=memo, to_account=receipts.withdraw_account())
+                .values_list("tx_hash", "amount", "asset"))
+            if arrived:
+                raise OperationRefused(f"{len(arrived)} payment(s) arrived under its memo "
+                                       f"{memo}: {arrived[0][1]} {arrived[0][2]} in "
+                                       f"{arrived[0][0]}")
+        evidence["memo"] = memo
+    else:
+        raise OperationRefused(f"unknown kind {kind!r}")
+    return _ExpireCheck(ap_tx, evidence)
+
+
+def ap_transaction_expire_preview(*, transaction_id: str) -> Preview:
+    preview = Preview(evidence=[("AP transaction", transaction_id)])
+    try:
+        check = _expire_check(transaction_id)
+        ap_tx = check.ap_tx
+        preview.evidence += [("kind", ap_tx.get("kind")), ("AP status", ap_tx.get("status")),
+                             ("amount in", ap_tx.get("amount_in")),
+                             ("amount out", ap_tx.get("amount_out")),
+                             ("started", ap_tx.get("started_at")),
+                             ("our evidence", check.evidence)]
+    except OperationRefused as exc:
+        preview.refusal = str(exc)
+    preview.will = [
+        "Tell AP notify_transaction_expired (AP -> expired, final): the customer must "
+        "start again. No money moves: none has arrived.",
+        "Mark our deposit order expired if there is one, and write one "
+        "ap_transaction_events row with your name and note, in one transaction.",
+    ]
+    return preview
+
+
+def ap_transaction_expire(*, transaction_id: str, operator, note: str) -> ApTransactionEvent:
+    """Expire an AP transaction (deposit or withdrawal) while no funds have arrived:
+    AP ``notify_transaction_expired`` with a message (required for ``expired``, NOTES
+    §1.4), then one commit: our deposit order ``expired`` (if any) and the
+    ``ap_transaction_events`` row. AP's -32600 (funds received, or closed) is a refusal:
+    nothing is written. Moves no money. Raises OperationRefused."""
+    require_permission(operator, "anchor.expire_ap_transaction")
+    note = clean_note(note)
+    transaction_id = (transaction_id or "").strip()
+    check = _expire_check(transaction_id)
+    try:
+        platform.rpc_once(
+            "notify_transaction_expired",
+            {"transaction_id": transaction_id,
+             "message": "This transaction expired before any funds arrived; start a new one."},
+            reached=lambda tx: tx.get("status") == "expired")
+    except (platform.RpcError, platform.PlatformError) as exc:
+        raise OperationRefused(f"AP refused to expire it: {exc}") from exc
+    with transaction.atomic():
+        orders = DepositOrder.objects.filter(
+            transaction_id=transaction_id, status=DepositOrder.Status.AWAITING_PAYMENT
+        ).update(status=DepositOrder.Status.EXPIRED, updated_at=timezone.now())
+        return ApTransactionEvent.objects.create(
+            transaction_id=transaction_id, kind=check.ap_tx.get("kind") or "",
+            event="ap.expired", operator=operator_name(operator), note=note,
+            detail={**check.evidence, "orders_expired": orders})
