@@ -1,0 +1,189 @@
+"""Payments from the hub (Corridor's USDC account on Stellar) for saga legs: at most
+one payment per leg key, even across crashes between "paid" and "recorded"
+(DESIGN.md §6 "Legs that move money"; the rules of §4 steps 1-3 applied to the hub).
+
+``pay`` does, in order:
+
+1. **Look for the payment on chain** by its reference (the memo) from the saga's
+   ``stellar_cursor``: same from (the hub), to, amount and asset -> it happened; return
+   its hash. This is what finds a payment whose worker died after submitting it.
+2. **The stored envelope** (``saga_hub_payments``, one row per leg key): if its hash is
+   on chain, done; if it may still land (Horizon's latest ledger is not past its
+   ``max_time`` and its sequence is unused) it is re-posted as is, never rebuilt.
+3. **Build, store, submit**: only when there is no envelope or it is provably dead, a new
+   one is built on the hub's next sequence, stored in a fenced commit (the saga's lease
+   is renewed in the same transaction, so a worker that lost the saga writes nothing),
+   and then posted.
+
+Hub submissions take turns under a PostgreSQL advisory lock: Stellar core queues one
+transaction per source account (horizon/NOTES.md; the sandbox's Horizon enforces it), so
+two workers building on the same sequence would only refuse each other.
+
+``REMITTANCE_CHAIN_LOOKUP`` (test-only) False skips steps 1 and 2: every attempt builds
+and pays anew, which is how the tests show the double payment the look-up prevents.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+
+from anchor import stellar
+from anchor.crashpoints import crash_point
+from sagas.legs import LegContext
+from sagas.models import HubPayment
+
+log = logging.getLogger(__name__)
+
+HUB_LOCK_KEY = 0x436F7252_48554221  # "CorR" "HUB!": one hub submission at a time
+
+
+class HubBusy(Exception):
+    """Another worker's hub payment held the hub for longer than REMITTANCE_HUB_LOCK_WAIT_S."""
+
+
+class HubPaymentUnknown(Exception):
+    """The envelope was posted but Horizon did not say whether it landed (504, timeout):
+    the next attempt looks it up before anything else."""
+
+
+class HubPaymentFailed(Exception):
+    """Horizon refused the envelope or included it unsuccessfully (result codes in the
+    message). Retryable: the next attempt finds the envelope dead and builds anew."""
+
+
+def hub_address() -> str:
+    return stellar.hub_keypair().public_key
+
+
+@dataclass(frozen=True)
+class Payment:
+    """What to pay: ``amount`` USDC (Decimal, 7 dp) to ``destination`` under memo."""
+
+    destination: str
+    amount: Decimal
+    memo_type: str
+    memo: str
+
+
+def find(payment: Payment, *, cursor: str) -> stellar.Transfer | None:
+    """The first successful USDC payment hub -> ``payment.destination`` of exactly
+    ``payment.amount`` under ``payment.memo``, after ``cursor``; None if none.
+    Raises stellar.HorizonUnavailable."""
+    hub = hub_address()
+    for transfer in stellar.find_transfers_by_reference(hub, payment.memo, cursor):
+        if (transfer.source == hub and transfer.destination == payment.destination
+                and transfer.amount == payment.amount
+                and transfer.asset == stellar.usdc_asset_id()):
+            return transfer
+    return None
+
+
+def pay(ctx: LegContext, payment: Payment, *, crash_name: str) -> str:
+    """Pay ``payment`` from the hub at most once for ``ctx.idempotency_key`` and return
+    the Stellar transaction hash once it is in a ledger. ``crash_name``: the crash point
+    reached right after Horizon said the payment applied, before anything records it.
+
+    Raises HubBusy (try later, nothing done), HubPaymentUnknown / HubPaymentFailed
+    (retry: the look-up decides), stellar.HorizonUnavailable, StaleLeaseError (from the
+    fenced commit of a new envelope: nothing was paid)."""
+    lookup = settings.REMITTANCE_CHAIN_LOOKUP
+    if lookup:
+        found = find(payment, cursor=ctx.stellar_cursor)
+        if found is not None:
+            return found.tx_hash
+    with _hub_turn(ctx):
+        row = HubPayment.objects.filter(key=ctx.idempotency_key).first()
+        if row is not None and lookup:
+            state = _envelope_state(row)
+            if state == "landed":
+                return row.tx_hash
+            if state == "alive":
+                return _submit(row, crash_name)
+        row = _build(ctx, payment, row)
+        return _submit(row, crash_name)
+
+
+def envelope_outstanding(ctx: LegContext) -> bool:
+    """Whether this leg key has a stored envelope that landed or may still land: the
+    leg has (perhaps) paid already, whatever the counterparty says now."""
+    row = HubPayment.objects.filter(key=ctx.idempotency_key).first()
+    return row is not None and _envelope_state(row) != "dead"
+
+
+@contextmanager
+def _hub_turn(ctx: LegContext) -> Iterator[None]:
+    deadline = time.monotonic() + settings.REMITTANCE_HUB_LOCK_WAIT_S
+    with connection.cursor() as cur:
+        while True:
+            cur.execute("SELECT pg_try_advisory_lock(%s)", [HUB_LOCK_KEY])
+            if cur.fetchone()[0]:
+                break
+            if time.monotonic() > deadline:
+                raise HubBusy("the hub is busy with another payment")
+            ctx.renew_lease()
+            time.sleep(0.05)
+    try:
+        ctx.renew_lease()
+        yield
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s)", [HUB_LOCK_KEY])
+
+
+def _envelope_state(row: HubPayment) -> str:
+    """``landed`` (successful, in a ledger), ``alive`` (may still land: re-post it) or
+    ``dead`` (can never land: included unsuccessfully, past its time bounds, or its
+    sequence used by another transaction)."""
+    found = stellar.find_transaction(row.tx_hash)
+    if found is not None:
+        return "landed" if found.get("successful") else "dead"
+    if stellar.latest_ledger_close_time().timestamp() > row.max_time:
+        return "dead"
+    if stellar.account_sequence(hub_address()) >= row.sequence:
+        return "dead"
+    return "alive"
+
+
+def _build(ctx: LegContext, payment: Payment, row: HubPayment | None) -> HubPayment:
+    hub = stellar.hub_keypair()
+    sequence = stellar.account_sequence(hub.public_key) + 1
+    max_time = int(time.time() + settings.STELLAR_TX_TIMEOUT_S)
+    envelope = stellar.build_payment_from(
+        source=hub, sequence=sequence, destination=payment.destination,
+        amount=payment.amount, memo_type=payment.memo_type, memo=payment.memo,
+        max_time=max_time)
+    fields = {"destination": payment.destination, "amount": payment.amount,
+              "memo_type": payment.memo_type, "memo": payment.memo, "sequence": sequence,
+              "max_time": max_time, "envelope_xdr": envelope.to_xdr(),
+              "tx_hash": envelope.hash_hex()}
+    with transaction.atomic():
+        ctx.renew_lease()  # the fence: a worker that lost the saga stores nothing
+        if row is None:
+            row = HubPayment.objects.create(key=ctx.idempotency_key, saga_id=ctx.saga.id,
+                                            **fields)
+        else:
+            log.warning("hub payment %s: envelope %s is dead; building a new one",
+                        row.key, row.tx_hash)
+            HubPayment.objects.filter(pk=row.pk).update(rebuilds=F("rebuilds") + 1, **fields)
+            row.refresh_from_db()
+    return row
+
+
+def _submit(row: HubPayment, crash_name: str) -> str:
+    result = stellar.submit(row.envelope_xdr)
+    if result.kind == "applied":
+        crash_point(crash_name)
+        return row.tx_hash
+    if result.kind == "unknown":
+        raise HubPaymentUnknown(f"{row.tx_hash}: {result.detail}")
+    raise HubPaymentFailed(f"{row.tx_hash}: {result.detail} {result.tx_code} "
+                           f"{' '.join(result.op_codes)}".strip())

@@ -1,0 +1,369 @@
+"""The ``remittance`` plan (DESIGN.md §6 "Reference plan"): a partner funds a payment in
+USDC on Stellar to Corridor's hub; Corridor converts at the quote locked when the
+remittance was created, funds a SEP-31 receiving anchor from the hub, and waits for the
+anchor to pay the beneficiary in INR.
+
+Legs, their bookings (USDC and INR; a positive amount debits an asset account) and
+their compensations::
+
+    0 bridge.fill    wait (Pending, funding deadline ``fund_by``) for the partner's
+                     payment hub <- partner under the remittance reference (text memo)
+                     bridge.fill     USDC  hub +X              partner:P -X
+                     undo: refund the partner on chain (hub -> partner, same memo)
+                     bridge.unfill   USDC  partner:P +R        partner:P:refunds -R
+                     bridge.refund   USDC  partner:P:refunds +R   hub -R
+                     (R = what this saga still holds for P: X, less any anchor refund fee)
+    1 fx.convert     ledger only, at the locked quote (Y = X * rate, INR, 2 dp)
+                     fx.convert      USDC  partner:P +X        fx:USDC-INR -X
+                                     INR   fx:USDC-INR +Y      payable:beneficiaries -Y
+                     undo: fx.convert.undo, the exact reverse
+    2 anchor.fund    POST /transactions at the anchor, commit its id and memo as the
+                     intent, look for the payment by that memo, then pay from the hub
+                     anchor.fund     USDC  hub -X              anchor:anchor31 +X
+                     undo: wait (Pending, REMITTANCE_REFUND_DEADLINE_S, then
+                     ManualReviewError) for the anchor's refund anchor -> hub, same memo
+                     anchor.refund   USDC  hub +r              anchor:anchor31 -r  (each)
+                     anchor.refund_fee USDC anchor:anchor31 -f partner:P +f  (if the anchor
+                     kept a fee: the partner bears it)
+    3 anchor.payout  poll the anchor (Pending between polls): ``completed`` -> done;
+                     ``refunded`` (or ``error`` with a refund) -> NonRetryableError;
+                     ``error`` with no refund (REMITTANCE_ERROR_REFUND_GRACE_S after
+                     funding) -> ManualReviewError (funded: a person decides);
+                     unreachable -> retry, then ManualReviewError
+                     anchor.payout   USDC  anchor:anchor31 -X  fx:USDC-INR +X
+                                     INR   payable:beneficiaries +Y   fx:USDC-INR -Y
+
+Every account but ``hub`` nets to zero once a saga settles (completed or compensated);
+``hub`` moves only with a Stellar payment of the hub, booked under that payment's hash,
+so the ledger's hub USDC equals the hub account's USDC on chain (DESIGN.md §8 inv. 3).
+
+Money-moving legs (``anchor.fund`` and the refund to the partner) pay through
+``sagas.hub.pay``: intent committed before the call, look-up by reference first.
+Crash points (``CORRIDOR_CRASH_AT``): ``remittance.anchor_fund.paid`` and
+``remittance.partner_refund.paid``, right after Horizon said the payment applied.
+
+Choices written down here: a partner payment under the reference that does not match
+(another sender, amount or asset, or a second one) stops the saga for a person rather
+than guessing; a payment arriving after the funding deadline is not refunded
+automatically (it is visible on the hub, unbooked); the anchor's ``sender_id`` /
+``receiver_id`` are Corridor's own ids (``corridor:<partner>``, ``corridor:<reference>``)
+as the sandbox takes any non-empty id (no SEP-12 ``PUT /customer`` yet).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Sum
+from django.utils import timezone
+
+from anchor import stellar
+from ledger.models import Posting
+from ledger.services import Line
+from sagas import anchor31, hub
+from sagas.legs import (
+    Booking,
+    Leg,
+    LegContext,
+    LegOutcome,
+    ManualReviewError,
+    NonRetryableError,
+    Pending,
+    Plan,
+)
+from sagas.models import SagaEvent
+from sagas.plans import register
+
+USDC = "USDC"
+INR = "INR"
+HUB = "hub"
+FX = "fx:USDC-INR"
+PAYABLE = "payable:beneficiaries"
+ANCHOR = "anchor:anchor31"
+HUB_BUSY_RETRY_S = 0.5
+
+
+def partner_account(name: str) -> str:
+    return f"partner:{name}"
+
+
+def partner_refunds_account(name: str) -> str:
+    return f"partner:{name}:refunds"
+
+
+def _amount(ctx: LegContext) -> Decimal:
+    return Decimal(ctx.saga.input["amount"])
+
+
+def _partner(ctx: LegContext) -> str:
+    return partner_account(ctx.saga.input["partner"])
+
+
+def _held_for_partner(ctx: LegContext) -> Decimal:
+    """What this saga still holds for its partner: minus the sum of its own postings to
+    the partner's account (a liability, negative while held)."""
+    total = Posting.objects.filter(
+        entry__saga_id=ctx.saga.id, account__code=_partner(ctx), account__currency=USDC,
+    ).aggregate(total=Sum("amount"))["total"]
+    return -(total or Decimal(0))
+
+
+def _since_compensating(ctx: LegContext) -> datetime:
+    event = SagaEvent.objects.filter(saga_id=ctx.saga.id, event="saga.compensating") \
+        .order_by("id").first()
+    return event.at if event else timezone.now()
+
+
+# --- 0 ------------------------------------------------------------------------------
+
+class BridgeFill(Leg):
+    """The partner's USDC arrives on the hub under the remittance reference."""
+
+    kind = "bridge.fill"
+    max_attempts = 8
+
+    def forward(self, ctx: LegContext) -> LegOutcome | Pending:
+        inp = ctx.saga.input
+        address, amount = hub.hub_address(), _amount(ctx)
+        try:
+            incoming = [t for t in stellar.find_transfers_by_reference(
+                address, ctx.saga.reference, ctx.stellar_cursor) if t.destination == address]
+        except stellar.HorizonUnavailable as exc:
+            return Pending(settings.REMITTANCE_FUNDING_POLL_S, f"Horizon: {exc}")
+        if not incoming:
+            if timezone.now() >= datetime.fromisoformat(inp["fund_by"]):
+                raise NonRetryableError(f"not funded by {inp['fund_by']}: expired")
+            return Pending(settings.REMITTANCE_FUNDING_POLL_S,
+                           "waiting for the partner's payment")
+        first = incoming[0]
+        expected = (inp["partner_account"], amount, stellar.usdc_asset_id())
+        if len(incoming) > 1 or (first.source, first.amount, first.asset) != expected:
+            seen = [f"{t.tx_hash} {t.source} {t.amount} {t.asset}" for t in incoming]
+            raise ManualReviewError(
+                f"payments under {ctx.saga.reference} do not match the remittance "
+                f"({inp['partner_account']} {amount} USDC): {seen}")
+        return LegOutcome(
+            output={"tx_hash": first.tx_hash, "from": first.source, "amount": str(amount)},
+            bookings=[Booking("bridge.fill", [Line(HUB, USDC, amount),
+                                              Line(_partner(ctx), USDC, -amount)],
+                              reference=first.tx_hash)])
+
+    def compensate(self, ctx: LegContext, output: dict[str, Any]) -> LegOutcome | Pending:
+        """Send back on Stellar what the saga still holds for the partner, to the account
+        that paid, under the same reference."""
+        owed = _held_for_partner(ctx)
+        if owed <= 0:
+            return LegOutcome(output={"refunded": "0"})
+        payment = hub.Payment(destination=output["from"], amount=owed,
+                              memo_type=ctx.saga.input.get("memo_type", "text"),
+                              memo=ctx.saga.reference)
+        try:
+            tx_hash = hub.pay(ctx, payment, crash_name="remittance.partner_refund.paid")
+        except hub.HubBusy as exc:
+            return Pending(HUB_BUSY_RETRY_S, str(exc))
+        partner, refunds = _partner(ctx), partner_refunds_account(ctx.saga.input["partner"])
+        return LegOutcome(
+            output={"refunded": str(owed), "tx_hash": tx_hash, "to": output["from"]},
+            bookings=[
+                Booking("bridge.unfill", [Line(partner, USDC, owed),
+                                          Line(refunds, USDC, -owed)]),
+                Booking("bridge.refund", [Line(refunds, USDC, owed), Line(HUB, USDC, -owed)],
+                        reference=tx_hash),
+            ])
+
+
+# --- 1 ------------------------------------------------------------------------------
+
+class FxConvert(Leg):
+    """USDC held for the partner becomes INR owed to the beneficiary, at the quote."""
+
+    kind = "fx.convert"
+
+    def forward(self, ctx: LegContext) -> LegOutcome:
+        usdc = Decimal(ctx.output_of("bridge.fill")["amount"])
+        inr = Decimal(ctx.saga.input["receive_amount"])
+        lines = [Line(_partner(ctx), USDC, usdc), Line(FX, USDC, -usdc),
+                 Line(FX, INR, inr), Line(PAYABLE, INR, -inr)]
+        return LegOutcome(
+            output={"usdc": str(usdc), "inr": str(inr), "rate": ctx.saga.input["rate"]},
+            bookings=[Booking("fx.convert", lines)])
+
+    def compensate(self, ctx: LegContext, output: dict[str, Any]) -> LegOutcome:
+        usdc, inr = Decimal(output["usdc"]), Decimal(output["inr"])
+        lines = [Line(_partner(ctx), USDC, -usdc), Line(FX, USDC, usdc),
+                 Line(FX, INR, -inr), Line(PAYABLE, INR, inr)]
+        return LegOutcome(output={"reversed": True},
+                          bookings=[Booking("fx.convert.undo", lines)])
+
+
+# --- 2 ------------------------------------------------------------------------------
+
+class AnchorFund(Leg):
+    """Create the SEP-31 transaction and pay the anchor from the hub under its memo."""
+
+    kind = "anchor.fund"
+    max_attempts = 8
+
+    def forward(self, ctx: LegContext) -> LegOutcome | Pending:
+        inp, amount = ctx.saga.input, _amount(ctx)
+        intent = ctx.intent
+        if intent is None:
+            beneficiary = inp["beneficiary"]
+            fields = {"receiver_account_number": beneficiary["account_number"],
+                      "receiver_ifsc": beneficiary["ifsc"]}
+            try:
+                created = anchor31.create_transaction(
+                    amount=amount, asset_code=inp["asset_code"],
+                    asset_issuer=inp["asset_issuer"], sender_id=f"corridor:{inp['partner']}",
+                    receiver_id=f"corridor:{ctx.saga.reference}",
+                    fields={"transaction": fields})
+            except anchor31.AnchorRejected as exc:
+                raise NonRetryableError(f"the anchor refused the transaction: {exc}")
+            intent = ctx.commit_intent({
+                "anchor_tx_id": created["id"], "account": created["stellar_account_id"],
+                "memo_type": created["stellar_memo_type"], "memo": created["stellar_memo"],
+                "amount": str(amount)})
+        payment = hub.Payment(destination=intent["account"], amount=amount,
+                              memo_type=intent["memo_type"], memo=intent["memo"])
+        found = hub.find(payment, cursor=ctx.stellar_cursor) \
+            if settings.REMITTANCE_CHAIN_LOOKUP else None
+        if found is not None:
+            tx_hash = found.tx_hash
+        else:
+            if not (settings.REMITTANCE_CHAIN_LOOKUP and hub.envelope_outstanding(ctx)):
+                self._check_not_rejected(intent)
+            try:
+                tx_hash = hub.pay(ctx, payment, crash_name="remittance.anchor_fund.paid")
+            except hub.HubBusy as exc:
+                return Pending(HUB_BUSY_RETRY_S, str(exc))
+        return LegOutcome(
+            output={**intent, "tx_hash": tx_hash, "funded_at": timezone.now().isoformat()},
+            bookings=[Booking("anchor.fund", [Line(HUB, USDC, -amount),
+                                              Line(ANCHOR, USDC, amount)],
+                              reference=tx_hash)])
+
+    @staticmethod
+    def _check_not_rejected(intent: dict[str, Any]) -> None:
+        """Before paying (and when no earlier envelope of ours may still land: that one is
+        re-posted whatever the anchor says, and refunded by it if need be): an anchor
+        that already failed the transaction is not funded. A status past
+        ``pending_sender`` means it saw a payment the look-up did not: retry, the
+        look-up decides."""
+        status = anchor31.get_transaction(intent["anchor_tx_id"])
+        state = status.get("status")
+        if state in (anchor31.ERROR, anchor31.REFUNDED, anchor31.EXPIRED):
+            raise NonRetryableError(f"the anchor rejected the transaction before funding: "
+                                    f"{state} {status.get('status_message', '')}".strip())
+        if state != anchor31.PENDING_SENDER and settings.REMITTANCE_CHAIN_LOOKUP:
+            raise RuntimeError(f"the anchor reports {state} but no payment was found "
+                               f"under memo {intent['memo']}")
+
+    def compensate(self, ctx: LegContext, output: dict[str, Any]) -> LegOutcome | Pending:
+        """Book the anchor's refund (anchor -> hub, same memo) once it is on chain."""
+        funded = Decimal(output["amount"])
+        address = hub.hub_address()
+        try:
+            refunds = [t for t in stellar.find_transfers_by_reference(
+                address, output["memo"], ctx.stellar_cursor)
+                if t.source == output["account"] and t.destination == address
+                and t.asset == stellar.usdc_asset_id()]
+        except stellar.HorizonUnavailable as exc:
+            return self._wait(ctx, f"Horizon: {exc}")
+        received = sum((t.amount for t in refunds), Decimal(0))
+        if received > funded:
+            raise ManualReviewError(f"the anchor refunded {received}, more than the "
+                                    f"{funded} it was paid")
+        fee = Decimal(0)
+        if received < funded:
+            fee = self._refund_fee(output, received)
+            if fee is None:
+                return self._wait(ctx, f"refund {received} of {funded} seen on chain")
+        bookings = [Booking("anchor.refund", [Line(HUB, USDC, t.amount),
+                                              Line(ANCHOR, USDC, -t.amount)],
+                            reference=t.tx_hash) for t in refunds]
+        if fee:
+            bookings.append(Booking("anchor.refund_fee", [Line(ANCHOR, USDC, -fee),
+                                                          Line(_partner(ctx), USDC, fee)]))
+        return LegOutcome(output={"refunded": str(received), "fee": str(fee),
+                                  "refunds": [t.tx_hash for t in refunds]},
+                          bookings=bookings)
+
+    @staticmethod
+    def _refund_fee(output: dict[str, Any], received: Decimal) -> Decimal | None:
+        """The fee the anchor kept, when it says the refund is over and its refund
+        payments are exactly those on chain; None while that is not so."""
+        try:
+            tx = anchor31.get_transaction(output["anchor_tx_id"])
+        except anchor31.AnchorError:
+            return None
+        refunded, payments = anchor31.refunds_of(tx)
+        fees = sum((Decimal(str(p.get("fee") or "0")) for p in payments), Decimal(0))
+        if tx.get("status") != anchor31.REFUNDED or refunded != received or received == 0:
+            return None
+        fee = Decimal(output["amount"]) - received
+        return fee if fees == fee else None
+
+    @staticmethod
+    def _wait(ctx: LegContext, reason: str) -> Pending:
+        deadline = _since_compensating(ctx) + timedelta(
+            seconds=settings.REMITTANCE_REFUND_DEADLINE_S)
+        if timezone.now() > deadline:
+            raise ManualReviewError(f"no refund from the anchor by {deadline.isoformat()}: "
+                                    f"{reason}")
+        return Pending(settings.REMITTANCE_ANCHOR_POLL_S, f"waiting for the anchor's refund: "
+                                                          f"{reason}")
+
+
+# --- 3 ------------------------------------------------------------------------------
+
+class AnchorPayout(Leg):
+    """The funded anchor pays the beneficiary."""
+
+    kind = "anchor.payout"
+    max_attempts = 8
+
+    def forward(self, ctx: LegContext) -> LegOutcome | Pending:
+        fund = ctx.output_of("anchor.fund")
+        try:
+            tx = anchor31.get_transaction(fund["anchor_tx_id"])
+        except anchor31.AnchorError as exc:
+            if ctx.attempt >= self.max_attempts:
+                raise ManualReviewError(f"the funded anchor did not answer after "
+                                        f"{ctx.attempt} attempts: {exc}")
+            raise
+        status = tx.get("status")
+        message = tx.get("status_message") or ""
+        refunded, _ = anchor31.refunds_of(tx)
+        if status == anchor31.COMPLETED:
+            usdc, inr = _amount(ctx), Decimal(ctx.saga.input["receive_amount"])
+            lines = [Line(ANCHOR, USDC, -usdc), Line(FX, USDC, usdc),
+                     Line(PAYABLE, INR, inr), Line(FX, INR, -inr)]
+            return LegOutcome(
+                output={"anchor_tx_id": fund["anchor_tx_id"], "status": status,
+                        "external_transaction_id": tx.get("external_transaction_id", "")},
+                bookings=[Booking("anchor.payout", lines, reference=fund["anchor_tx_id"])])
+        if status == anchor31.REFUNDED or (status == anchor31.ERROR and refunded > 0):
+            raise NonRetryableError(f"the anchor refunded the payment ({status}, "
+                                    f"{refunded} USDC): {message}".strip())
+        funded_at = datetime.fromisoformat(fund["funded_at"])
+        if status == anchor31.ERROR:
+            # An anchor that failed the transaction refunds asynchronously (one that
+            # rejected it just before our payment landed refunds that payment): give the
+            # refund a grace period before calling it "no refund".
+            grace = funded_at + timedelta(seconds=settings.REMITTANCE_ERROR_REFUND_GRACE_S)
+            if timezone.now() <= grace:
+                return Pending(settings.REMITTANCE_ANCHOR_POLL_S,
+                               f"anchor: error, waiting for a refund until {grace.isoformat()}")
+            raise ManualReviewError(f"the anchor failed a payout it was funded for, with no "
+                                    f"refund: {message}".strip())
+        deadline = funded_at + timedelta(seconds=settings.REMITTANCE_PAYOUT_DEADLINE_S)
+        if timezone.now() > deadline:
+            raise ManualReviewError(f"the anchor is still {status} past {deadline.isoformat()}")
+        return Pending(settings.REMITTANCE_ANCHOR_POLL_S, f"anchor: {status}")
+
+
+REMITTANCE = register(Plan("remittance", (BridgeFill(), FxConvert(), AnchorFund(),
+                                          AnchorPayout())))

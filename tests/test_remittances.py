@@ -1,0 +1,422 @@
+"""The remittance saga end to end (sagas/plans/remittance.py): a partner asks through
+the API, pays USDC to the hub on the sandbox's Stellar, and Corridor converts, funds the
+sandbox's SEP-31 receiving anchor from the hub and waits for its payout — or
+compensates, ending with an on-chain refund to the partner, or stops for a person.
+
+Everything outside Corridor is the sandbox over real HTTP: Horizon, the anchor (with its
+fault switches) and the partner's wallet. Sagas are driven in this process (as the
+Celery task would) or by a ``manage.py run_saga`` process SIGKILLed at a crash point.
+
+Checks in every test: the saga's end state, its steps, its bookings (kinds, and every
+account but ``hub`` netting to zero once settled), the payments on chain under each
+reference (counted: at most one each), and DESIGN.md §8 invariant 3 for the hub: the
+ledger's hub USDC moved exactly as the hub account's USDC on chain during the test.
+The protection switched off once: REMITTANCE_CHAIN_LOOKUP=False pays twice after the
+same crash, and the hub check catches it."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from decimal import Decimal
+
+import pytest
+from rest_framework.test import APIClient
+
+from anchor import stellar
+from ledger import services as ledger
+from ledger.models import Entry, Posting
+from sagas import anchor31, engine, hub, remittances
+from sagas.models import HubPayment, Saga, SagaEvent, SagaStep
+from sagas.plans.remittance import AnchorFund
+from tests.flows import run_manage, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+D = Decimal
+S = Saga.Status
+AMOUNT = "25.5"
+FORWARD_KINDS = ["bridge.fill", "fx.convert", "anchor.fund", "anchor.payout"]
+
+
+@pytest.fixture(autouse=True)
+def corridor_on_sandbox(clean_sandbox, settings, monkeypatch):
+    """Corridor pointed at the sandbox's anchor; runs driven here, not by Celery."""
+    settings.ANCHOR31_URL = f"{clean_sandbox.url}/anchor31"
+    monkeypatch.setattr(engine, "_enqueue", lambda saga_id, delay: None)
+    return clean_sandbox
+
+
+@pytest.fixture
+def partner_wallet(corridor_on_sandbox):
+    return corridor_on_sandbox.http.get("/anchor31/sandbox/partner").raise_for_status().json()
+
+
+@pytest.fixture
+def api(partner_wallet) -> APIClient:
+    _, key = remittances.partner_create(name="acme", stellar_account=partner_wallet["account"])
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
+@pytest.fixture
+def hub_chain():
+    """The hub's USDC on chain when the test started (the sandbox lives for the whole
+    session, so each test compares its own movements)."""
+    return chain_usdc()
+
+
+# --- helpers ------------------------------------------------------------------------
+
+_keys = iter(range(10**6))
+
+
+def create(api: APIClient, amount: str = AMOUNT) -> dict:
+    response = api.post("/api/remittances", {
+        "amount": amount, "send_currency": "USDC", "receive_currency": "INR",
+        "corridor": "USDC-INR",
+        "beneficiary": {"name": "Asha Verma", "account_number": "50100123456789",
+                        "ifsc": "HDFC0001234"}},
+        format="json", HTTP_IDEMPOTENCY_KEY=f"k-{time.time_ns()}-{next(_keys)}")
+    assert response.status_code == 202, response.json()
+    return response.json()
+
+
+def partner_pays(sandbox, remittance: dict, amount: str | None = None) -> str:
+    reply = sandbox.http.post("/anchor31/sandbox/partner/pay", json={
+        "destination": remittance["hub_account"], "amount": amount or remittance["amount"],
+        "memo_type": remittance["memo_type"], "memo": remittance["memo"]})
+    assert reply.status_code == 200, reply.text
+    return reply.json()["hash"]
+
+
+def drive(saga_id: int, worker: str = "driver", timeout: float = 30.0) -> str:
+    """Run the saga as the Celery task would, waiting out its retries and pendings."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = engine.run(saga_id, worker, dispatch=False)
+        if result.status not in Saga.OPEN_STATUSES:
+            return result.status
+        assert time.monotonic() < deadline, f"saga {saga_id} still {result.status}"
+        time.sleep(0.05)
+
+
+def ends(saga_id: int, status: str, worker: str = "driver") -> None:
+    """Drive the saga to its end and check it is ``status``, saying why if not."""
+    got = drive(saga_id, worker)
+    if got != status:
+        saga = Saga.objects.get(pk=saga_id)
+        trail = list(SagaEvent.objects.filter(saga=saga).order_by("id")
+                     .values_list("idx", "event", "detail"))
+        pytest.fail(f"saga {saga_id} ended {got}, not {status}: {saga.error}\n{trail}")
+
+
+def chain_usdc() -> Decimal:
+    return stellar.asset_balance(hub.hub_address(), stellar.usdc()) or D(0)
+
+
+def hub_ledger() -> Decimal:
+    return ledger.balance(account="hub", currency="USDC")
+
+
+def transfers(memo: str, *, source: str, destination: str) -> list[stellar.Transfer]:
+    return [t for t in stellar.find_transfers_by_reference(hub.hub_address(), memo, "")
+            if t.source == source and t.destination == destination]
+
+
+def kinds(saga_id: int) -> list[str]:
+    return list(Entry.objects.filter(saga_id=saga_id).order_by("id")
+                .values_list("kind", flat=True))
+
+
+def net(saga_id: int) -> dict:
+    totals: dict = defaultdict(Decimal)
+    for code, ccy, amount in Posting.objects.filter(entry__saga_id=saga_id).values_list(
+            "account__code", "account__currency", "amount"):
+        totals[(code, ccy)] += amount
+    return {key: value for key, value in totals.items() if value}
+
+
+def steps(saga_id: int) -> list[tuple[str, str]]:
+    return list(SagaStep.objects.filter(saga_id=saga_id).order_by("idx")
+                .values_list("kind", "status"))
+
+
+def events(saga_id: int, name: str) -> list:
+    return list(SagaEvent.objects.filter(saga_id=saga_id, event=name).order_by("id")
+                .values_list("idx", flat=True))
+
+
+def fund_intent(saga_id: int) -> dict:
+    return SagaStep.objects.get(saga_id=saga_id, kind="anchor.fund").intent
+
+
+def assert_hub_matches_chain(hub_chain_before: Decimal) -> None:
+    assert ledger.trial_balance().ok
+    assert chain_usdc() - hub_chain_before == hub_ledger(), \
+        f"chain moved {chain_usdc() - hub_chain_before}, ledger says {hub_ledger()}"
+
+
+# --- outcomes -------------------------------------------------------------------------
+
+def test_a_completed_remittance_books_every_leg_and_pays_the_anchor_once(
+        api, corridor_on_sandbox, partner_wallet, hub_chain):
+    remittance = create(api)
+    partner_hash = partner_pays(corridor_on_sandbox, remittance)
+
+    ends(remittance["id"], S.COMPLETED)
+
+    saga_id = remittance["id"]
+    assert steps(saga_id) == [(kind, "done") for kind in FORWARD_KINDS]
+    assert kinds(saga_id) == FORWARD_KINDS
+    fill = Entry.objects.get(saga_id=saga_id, kind="bridge.fill")
+    assert fill.reference == partner_hash
+    intent = fund_intent(saga_id)
+    paid = transfers(intent["memo"], source=hub.hub_address(), destination=intent["account"])
+    assert [(t.amount, t.memo_type) for t in paid] == [(D(AMOUNT), "id")]
+    assert Entry.objects.get(saga_id=saga_id, kind="anchor.fund").reference == paid[0].tx_hash
+    assert net(saga_id) == {}  # hub in, hub out; fx, payable, anchor and partner settled
+    assert transfers(remittance["memo"], source=hub.hub_address(),
+                     destination=partner_wallet["account"]) == []
+    assert_hub_matches_chain(hub_chain)
+    shown = api.get(f"/api/remittances/{saga_id}").json()
+    assert shown["status"] == "completed"
+    assert [b["kind"] for b in shown["bookings"]] == FORWARD_KINDS
+    fx = next(b for b in shown["bookings"] if b["kind"] == "fx.convert")
+    assert {"account": "payable:beneficiaries", "currency": "INR",
+            "amount": f"-{remittance['quote']['receive_amount']}00000"} in fx["postings"]
+
+
+def rejected_first(monkeypatch) -> None:
+    """The anchor's rejection is asynchronous (its worker moves the new transaction to
+    ``error``): hold the leg's pre-payment check until it did, so "before funding" is
+    what the test runs even on a loaded machine. (The other order is the race test.)"""
+    check = AnchorFund._check_not_rejected
+
+    def after_the_rejection(intent):
+        wait_for(lambda: anchor31.get_transaction(intent["anchor_tx_id"])["status"]
+                 != "pending_sender", timeout=10, interval=0.05, what="the rejection")
+        check(intent)
+
+    monkeypatch.setattr(AnchorFund, "_check_not_rejected", staticmethod(after_the_rejection))
+
+
+def test_anchor_rejects_before_funding_the_partner_is_refunded_on_chain_once(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch):
+    corridor_on_sandbox.fault("anchor31.reject_before_funding", times=1)
+    rejected_first(monkeypatch)
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+
+    ends(remittance["id"], S.COMPENSATED)
+
+    saga_id = remittance["id"]
+    assert steps(saga_id) == [("bridge.fill", "compensated"), ("fx.convert", "compensated"),
+                              ("anchor.fund", "failed"), ("anchor.payout", "pending")]
+    assert "rejected" in SagaStep.objects.get(saga_id=saga_id, idx=2).error
+    assert events(saga_id, "step.compensated") == [1, 0]
+    assert kinds(saga_id) == ["bridge.fill", "fx.convert", "fx.convert.undo",
+                              "bridge.unfill", "bridge.refund"]
+    refunds = transfers(remittance["memo"], source=hub.hub_address(),
+                        destination=partner_wallet["account"])
+    assert [t.amount for t in refunds] == [D(AMOUNT)]
+    assert Entry.objects.get(saga_id=saga_id, kind="bridge.refund").reference == \
+        refunds[0].tx_hash
+    intent = fund_intent(saga_id)
+    assert transfers(intent["memo"], source=hub.hub_address(),
+                     destination=intent["account"]) == []  # the anchor was never paid
+    assert net(saga_id) == {}
+    assert_hub_matches_chain(hub_chain)
+
+
+def test_anchor_refunds_after_funding_compensated_with_its_refund_booked(
+        api, corridor_on_sandbox, partner_wallet, hub_chain):
+    corridor_on_sandbox.fault("anchor31.refund_after_funding", times=1)
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+
+    ends(remittance["id"], S.COMPENSATED)
+
+    saga_id = remittance["id"]
+    assert steps(saga_id) == [("bridge.fill", "compensated"), ("fx.convert", "compensated"),
+                              ("anchor.fund", "compensated"), ("anchor.payout", "failed")]
+    assert events(saga_id, "step.compensated") == [2, 1, 0]
+    assert kinds(saga_id) == ["bridge.fill", "fx.convert", "anchor.fund", "anchor.refund",
+                              "fx.convert.undo", "bridge.unfill", "bridge.refund"]
+    intent = fund_intent(saga_id)
+    back = transfers(intent["memo"], source=intent["account"], destination=hub.hub_address())
+    assert [t.amount for t in back] == [D(AMOUNT)]
+    assert Entry.objects.get(saga_id=saga_id, kind="anchor.refund").reference == back[0].tx_hash
+    refunds = transfers(remittance["memo"], source=hub.hub_address(),
+                        destination=partner_wallet["account"])
+    assert [t.amount for t in refunds] == [D(AMOUNT)]
+    assert Entry.objects.filter(saga_id=saga_id, kind__in=["bridge.unfill", "bridge.refund"]
+                                ).count() == 2
+    assert net(saga_id) == {}
+    assert_hub_matches_chain(hub_chain)
+
+
+def test_anchor_fails_after_funding_stops_for_review_without_compensating(
+        api, corridor_on_sandbox, partner_wallet, hub_chain):
+    corridor_on_sandbox.fault("anchor31.fail_payout", times=1)
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+
+    ends(remittance["id"], S.MANUAL_REVIEW)
+
+    saga_id = remittance["id"]
+    saga = Saga.objects.get(pk=saga_id)
+    assert "no refund" in saga.error
+    assert steps(saga_id) == [("bridge.fill", "done"), ("fx.convert", "done"),
+                              ("anchor.fund", "done"), ("anchor.payout", "failed")]
+    assert events(saga_id, "saga.compensating") == []
+    assert events(saga_id, "step.compensated") == []
+    assert kinds(saga_id) == ["bridge.fill", "fx.convert", "anchor.fund"]
+    assert net(saga_id) == {("anchor:anchor31", "USDC"): D(AMOUNT),
+                            ("fx:USDC-INR", "USDC"): -D(AMOUNT),
+                            ("fx:USDC-INR", "INR"): D(remittance["quote"]["receive_amount"]),
+                            ("payable:beneficiaries", "INR"):
+                                -D(remittance["quote"]["receive_amount"])}
+    assert transfers(remittance["memo"], source=hub.hub_address(),
+                     destination=partner_wallet["account"]) == []
+    assert_hub_matches_chain(hub_chain)
+
+
+def test_a_payment_landing_just_after_the_anchor_rejected_is_refunded_and_compensated(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch):
+    """The race the pre-payment status check narrows: the anchor rejects the transaction
+    while the hub's payment is on its way. The anchor reports ``error`` with no refund
+    for a moment, then refunds: the payout leg waits out the grace period instead of
+    calling it "funded, no refund", and the saga compensates."""
+    monkeypatch.setattr(AnchorFund, "_check_not_rejected", staticmethod(lambda intent: None))
+    corridor_on_sandbox.fault("anchor31.reject_before_funding", times=1)
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+
+    ends(remittance["id"], S.COMPENSATED)
+
+    saga_id = remittance["id"]
+    assert events(saga_id, "step.compensated") == [2, 1, 0]
+    assert kinds(saga_id) == ["bridge.fill", "fx.convert", "anchor.fund", "anchor.refund",
+                              "fx.convert.undo", "bridge.unfill", "bridge.refund"]
+    assert len(transfers(remittance["memo"], source=hub.hub_address(),
+                         destination=partner_wallet["account"])) == 1
+    assert net(saga_id) == {}
+    assert_hub_matches_chain(hub_chain)
+
+
+def test_partner_never_pays_the_remittance_expires_with_nothing_to_undo(
+        api, settings, hub_chain):
+    settings.REMITTANCE_FUNDING_DEADLINE_S = 0.5
+    remittance = create(api)
+
+    ends(remittance["id"], S.COMPENSATED)
+
+    saga_id = remittance["id"]
+    assert steps(saga_id) == [("bridge.fill", "failed"), ("fx.convert", "pending"),
+                              ("anchor.fund", "pending"), ("anchor.payout", "pending")]
+    assert "expired" in SagaStep.objects.get(saga_id=saga_id, idx=0).error
+    assert events(saga_id, "step.compensated") == []
+    assert kinds(saga_id) == []
+    assert not HubPayment.objects.filter(saga_id=saga_id).exists()
+    assert_hub_matches_chain(hub_chain)
+
+
+def test_a_payment_that_does_not_match_stops_for_review(api, corridor_on_sandbox, hub_chain):
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance, amount="25.4")
+
+    ends(remittance["id"], S.MANUAL_REVIEW)
+
+    assert "do not match" in Saga.objects.get(pk=remittance["id"]).error
+    assert kinds(remittance["id"]) == []
+    # The short payment sits on the hub unbooked until a person acts: the check sees it.
+    assert chain_usdc() - hub_chain == D("25.4") and hub_ledger() == 0
+
+
+def test_anchor_5xx_while_polling_is_retried_then_completes(api, corridor_on_sandbox,
+                                                           hub_chain):
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+    saga_id = remittance["id"]
+    wait_for(lambda: engine.run(saga_id, "driver", dispatch=False) and
+             SagaStep.objects.get(saga_id=saga_id, kind="anchor.fund").status == "done",
+             timeout=20, interval=0.05, what="the anchor funded")
+    corridor_on_sandbox.fault("anchor31.http_5xx", times=3)
+
+    ends(saga_id, S.COMPLETED)
+
+    payout = SagaStep.objects.get(saga_id=saga_id, kind="anchor.payout")
+    assert payout.attempts == 3  # each 503 was a retry, none was taken as an outcome
+    assert events(saga_id, "step.retry") == [3, 3, 3]
+    assert_hub_matches_chain(hub_chain)
+
+
+# --- crashes between "paid" and "recorded" ---------------------------------------------
+
+def _crash_then_rescue(api, sandbox, *, crash_at: str, fault: str | None = None) -> dict:
+    if fault:
+        sandbox.fault(fault, times=1)
+    remittance = create(api)
+    partner_pays(sandbox, remittance)
+    killed = run_manage("run_saga", str(remittance["id"]), "--worker", "victim",
+                        crash_at=crash_at)
+    assert killed.returncode == -9, killed.stdout + killed.stderr[-3000:]
+    return remittance
+
+
+@pytest.mark.parametrize("lookup", [True, False], ids=["look-up on", "look-up off"])
+def test_a_crash_after_the_hub_paid_the_anchor_is_found_by_memo_not_paid_again(
+        api, corridor_on_sandbox, settings, hub_chain, lookup):
+    if not lookup:  # a float so that a second payment can happen at all
+        corridor_on_sandbox.http.post("/horizon/sandbox/fund", json={
+            "account": hub.hub_address(), "amount": AMOUNT}).raise_for_status()
+    remittance = _crash_then_rescue(api, corridor_on_sandbox,
+                                    crash_at="remittance.anchor_fund.paid")
+    saga_id = remittance["id"]
+    assert steps(saga_id)[2] == ("anchor.fund", "running")  # paid, nothing recorded
+    assert kinds(saga_id) == ["bridge.fill", "fx.convert"]
+    settings.REMITTANCE_CHAIN_LOOKUP = lookup
+
+    ends(saga_id, S.COMPLETED, worker="rescuer")
+
+    intent = fund_intent(saga_id)
+    paid = transfers(intent["memo"], source=hub.hub_address(), destination=intent["account"])
+    if lookup:
+        assert len(paid) == 1
+        assert Entry.objects.get(saga_id=saga_id, kind="anchor.fund").reference == \
+            paid[0].tx_hash
+        assert_hub_matches_chain(hub_chain)
+    else:
+        assert len(paid) == 2  # the protection is what stops this
+        with pytest.raises(AssertionError, match="chain moved"):  # and invariant 3 sees it
+            assert_hub_matches_chain(hub_chain + D(AMOUNT))  # (the float was there before)
+
+
+@pytest.mark.parametrize("lookup", [True, False], ids=["look-up on", "look-up off"])
+def test_a_crash_after_the_refund_to_the_partner_refunds_once(
+        api, corridor_on_sandbox, partner_wallet, settings, hub_chain, lookup):
+    if not lookup:
+        corridor_on_sandbox.http.post("/horizon/sandbox/fund", json={
+            "account": hub.hub_address(), "amount": AMOUNT}).raise_for_status()
+    remittance = _crash_then_rescue(api, corridor_on_sandbox,
+                                    crash_at="remittance.partner_refund.paid",
+                                    fault="anchor31.reject_before_funding")
+    saga_id = remittance["id"]
+    assert steps(saga_id)[0] == ("bridge.fill", "done")  # refunded on chain, not recorded
+    settings.REMITTANCE_CHAIN_LOOKUP = lookup
+
+    ends(saga_id, S.COMPENSATED, worker="rescuer")
+
+    refunds = transfers(remittance["memo"], source=hub.hub_address(),
+                        destination=partner_wallet["account"])
+    if lookup:
+        assert [t.amount for t in refunds] == [D(AMOUNT)]
+        assert kinds(saga_id).count("bridge.refund") == 1
+        assert net(saga_id) == {}
+        assert_hub_matches_chain(hub_chain)
+    else:
+        assert [t.amount for t in refunds] == [D(AMOUNT), D(AMOUNT)]
+        with pytest.raises(AssertionError, match="chain moved"):
+            assert_hub_matches_chain(hub_chain + D(AMOUNT))
