@@ -20,19 +20,18 @@ conditional UPDATE.
 from __future__ import annotations
 
 import logging
-import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
 from anchor import platform, stellar
 from anchor.crashpoints import crash_point
+from anchor.locks import try_session_lock
 from anchor.models import DepositOrder, DepositPayment, DepositRelease
 
 log = logging.getLogger(__name__)
@@ -161,19 +160,9 @@ def _claim_for_review(order: DepositOrder, destination: str, memo_type: str, mem
 
 # --- steps 2-6 ---------------------------------------------------------------------
 
-@contextmanager
 def _drive_lock(release_id: int):
-    """Session advisory lock: one drive per release at a time, across processes."""
-    key = zlib.crc32(f"deposit_release:{release_id}".encode())
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-        got = cursor.fetchone()[0]
-    try:
-        yield got
-    finally:
-        if got:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+    """One drive per release at a time, across processes."""
+    return try_session_lock(f"deposit_release:{release_id}")
 
 
 def release_drive(*, release_id: int, redrive: bool = False) -> DepositRelease:
@@ -280,12 +269,8 @@ def _payment_code_name(code) -> str:
 
 
 def _envelope_dead(release: DepositRelease) -> bool:
-    """Dead-envelope rule (horizon/NOTES.md §2.6 rule 3): hash absent (checked by the
-    caller) and either the channel's sequence moved past ours or Horizon's latest
-    ledger closed after our max_time."""
-    if stellar.account_sequence(release.source_account) >= release.sequence:
-        return True
-    return stellar.latest_ledger_close_time() > release.max_time
+    return stellar.envelope_dead(source_account=release.source_account,
+                                 sequence=release.sequence, max_time=release.max_time)
 
 
 def _rebuild(release: DepositRelease, *, reason: str) -> DepositRelease:

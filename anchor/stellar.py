@@ -125,6 +125,16 @@ def latest_ledger_close_time() -> datetime:
     return datetime.fromisoformat(closed_at).astimezone(UTC)
 
 
+def envelope_dead(*, source_account: str, sequence: int, max_time: datetime) -> bool:
+    """Dead-envelope rule (horizon/NOTES.md §2.6 rule 3), for an envelope whose hash
+    the caller found absent: the source's sequence on Horizon moved to or past ours,
+    or Horizon's latest ledger closed after our ``max_time``. Such an envelope can
+    never land, so a new one may replace it. Raises HorizonUnavailable."""
+    if account_sequence(source_account) >= sequence:
+        return True
+    return latest_ledger_close_time() > max_time
+
+
 # --- submission ------------------------------------------------------------------
 
 @dataclass
@@ -160,14 +170,16 @@ def submit(envelope_xdr: str) -> SubmitResult:
 
 
 def build_payment(*, channel: Keypair, sequence: int, destination: str, amount: Decimal,
-                  memo_type: str, memo: str, max_time: int) -> TransactionEnvelope:
+                  memo_type: str, memo: str, max_time: int,
+                  funds: Keypair | None = None) -> TransactionEnvelope:
     """Build and sign one USDC payment, sequence ``sequence`` on ``channel``.
 
-    The payment's source is the distribution account (it holds the USDC); the
-    transaction's source is the channel (it owns the sequence). memo_type is SEP-24's
-    ``text`` | ``id`` (decimal string, up to 2^64-1) | ``hash`` (base64 of 32 bytes) |
-    ``none``. Raises ValueError for a memo or amount Stellar cannot carry."""
-    distribution = distribution_keypair()
+    The payment's source is ``funds`` (default: the distribution account, which holds
+    the USDC); the transaction's source is the channel (it owns the sequence); when both
+    are one account it signs once. memo_type is SEP-24's ``text`` | ``id`` (decimal
+    string, up to 2^64-1) | ``hash`` (base64 of 32 bytes) | ``none``. Raises ValueError
+    for a memo or amount Stellar cannot carry."""
+    funds = funds or distribution_keypair()
     builder = TransactionBuilder(
         Account(channel.public_key, sequence - 1),
         network_passphrase=settings.STELLAR_NETWORK_PASSPHRASE,
@@ -182,12 +194,12 @@ def build_payment(*, channel: Keypair, sequence: int, destination: str, amount: 
         builder.add_hash_memo(base64.b64decode(memo))
     elif memo_type not in ("none", "", None):
         raise ValueError(f"unsupported memo_type {memo_type!r}")
-    op_source = None if distribution.public_key == channel.public_key else distribution.public_key
+    op_source = None if funds.public_key == channel.public_key else funds.public_key
     builder.append_payment_op(destination, usdc(), stellar_amount(amount), source=op_source)
     envelope = builder.build()
     envelope.sign(channel)
     if op_source:
-        envelope.sign(distribution)
+        envelope.sign(funds)
     return envelope
 
 
@@ -359,24 +371,8 @@ def asset_balance(address: str, asset: Asset) -> Decimal | None:
 
 def build_payment_from(*, source: Keypair, sequence: int, destination: str, amount: Decimal,
                        memo_type: str, memo: str, max_time: int) -> TransactionEnvelope:
-    """Build and sign one USDC payment from ``source`` (its own sequence ``sequence``,
-    its own USDC), valid until ``max_time`` (unix seconds). Memo types as
-    ``build_payment``. Raises ValueError for a memo or amount Stellar cannot carry."""
-    builder = TransactionBuilder(
-        Account(source.public_key, sequence - 1),
-        network_passphrase=settings.STELLAR_NETWORK_PASSPHRASE,
-        base_fee=settings.STELLAR_BASE_FEE,
-    )
-    builder.add_time_bounds(0, max_time)
-    if memo_type == "text":
-        builder.add_text_memo(memo)
-    elif memo_type == "id":
-        builder.add_id_memo(int(memo))
-    elif memo_type == "hash":
-        builder.add_hash_memo(base64.b64decode(memo))
-    elif memo_type not in ("none", "", None):
-        raise ValueError(f"unsupported memo_type {memo_type!r}")
-    builder.append_payment_op(destination, usdc(), stellar_amount(amount))
-    envelope = builder.build()
-    envelope.sign(source)
-    return envelope
+    """One USDC payment from ``source`` on its own sequence and its own USDC (the hub):
+    ``build_payment`` with ``source`` as both channel and funds."""
+    return build_payment(channel=source, sequence=sequence, destination=destination,
+                         amount=amount, memo_type=memo_type, memo=memo, max_time=max_time,
+                         funds=source)

@@ -33,18 +33,17 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from anchor import platform, stellar
 from anchor import razorpay as rzp
+from anchor.locks import try_session_lock
 from anchor.models import ApTransactionEvent, DepositOrder, DepositPayment
 from anchor.operations import (
     OperationRefused,
@@ -791,19 +790,9 @@ def _max_time() -> int:
     return int(timezone.now().timestamp() + settings.STELLAR_TX_TIMEOUT_S)
 
 
-@contextmanager
 def _refund_lock(refund_id: int):
-    """Session advisory lock: one drive of a refund at a time, across processes."""
-    key = zlib.crc32(f"withdrawal_refund:{refund_id}".encode())
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-        got = cursor.fetchone()[0]
-    try:
-        yield got
-    finally:
-        if got:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+    """One drive of a refund at a time, across processes."""
+    return try_session_lock(f"withdrawal_refund:{refund_id}")
 
 
 def _refund_drive(refund_id: int, *, resumed: bool) -> WithdrawalRefund:
@@ -825,11 +814,8 @@ def _refund_drive(refund_id: int, *, resumed: bool) -> WithdrawalRefund:
 
 
 def _refund_dead(refund: WithdrawalRefund) -> bool:
-    """horizon/NOTES.md §2.6 rule 3 (as ``releases._envelope_dead``): the channel's
-    sequence moved past ours, or Horizon's latest ledger closed after max_time."""
-    if stellar.account_sequence(refund.source_account) >= refund.sequence:
-        return True
-    return stellar.latest_ledger_close_time() > refund.max_time
+    return stellar.envelope_dead(source_account=refund.source_account,
+                                 sequence=refund.sequence, max_time=refund.max_time)
 
 
 def _refund_submit(refund: WithdrawalRefund, *, resumed: bool) -> WithdrawalRefund:
