@@ -60,12 +60,32 @@ class MalformedEvent(ValueError):
     """The body is not shaped like the sender's events; the message says what is off."""
 
 
+def parse_json_object(raw: bytes) -> dict:
+    """The request body as a JSON object. Raises MalformedEvent for bodies that are not
+    UTF-8 JSON objects, that nest absurdly deep, or that carry NUL characters (which
+    PostgreSQL text cannot store and no real sender uses)."""
+    if b"\x00" in raw or b"\\u0000" in raw:
+        raise MalformedEvent("the body contains NUL characters")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise MalformedEvent("the body is not JSON")
+    if not isinstance(body, dict):
+        raise MalformedEvent("the body must be a JSON object")
+    return body
+
+
 def _obj(value, where: str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise MalformedEvent(f"{where} must be an object")
     return value
+
+
+def event_id_checked(value, where: str) -> str:
+    """A sender's event id: a non-empty string of at most 100 characters."""
+    return _event_id(value, where)
 
 
 def _event_id(value, where: str) -> str:

@@ -13,7 +13,6 @@ outcomes in Prometheus (corridor/metrics.py)."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 
@@ -332,10 +331,9 @@ def transaction_status(request, transaction_id: str):
 
 def _json_body(request) -> dict | None:
     try:
-        body = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
+        return callbacks.parse_json_object(request.body)
+    except callbacks.MalformedEvent:
         return None
-    return body if isinstance(body, dict) else None
 
 
 def _dig(body: dict, *keys: str) -> dict:

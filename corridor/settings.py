@@ -265,6 +265,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PARSER_CLASSES": ["corridor.parsers.SafeJSONParser"],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Corridor partner API",
+    "DESCRIPTION": "Cross-border remittances over the Stellar hub (POST/GET /api/remittances).",
+    "VERSION": "1.0.0",
 }
 
 # --- Sagas and ledger ---

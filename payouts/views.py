@@ -3,7 +3,6 @@ page (a details hook registered with anchor.views), and payout webhooks."""
 
 from __future__ import annotations
 
-import json
 import logging
 from decimal import Decimal
 
@@ -16,14 +15,14 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 from structlog.contextvars import bind_contextvars
 
-from anchor import platform, sep24
+from anchor import callbacks, platform, sep24
 from anchor import razorpay as rzp
 from anchor.models import InboundEvent
 from anchor.views import register_status_details, sep24_error, webhook_outcome
 from payouts import withdrawals
 from payouts.models import WithdrawalPayout, WithdrawalRequest
 from payouts.providers.base import ProviderError
-from payouts.webhooks import payout_webhook_apply
+from payouts.webhooks import check_payout_event, payout_webhook_apply
 
 log = logging.getLogger(__name__)
 
@@ -137,12 +136,12 @@ def razorpayx_webhook(request):
                                JsonResponse({"error": "invalid signature"}, status=400))
     event_id = request.headers.get("X-Razorpay-Event-Id", "")
     try:
-        event = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        event = None
-    if not isinstance(event, dict) or not event_id:
+        event = callbacks.parse_json_object(raw)
+        event_id = callbacks.event_id_checked(event_id, "X-Razorpay-Event-Id")
+        check_payout_event(event)
+    except callbacks.MalformedEvent as exc:
         return webhook_outcome("razorpayx", "malformed", JsonResponse(
-            {"error": "signed body must be JSON with X-Razorpay-Event-Id"}, status=400))
+            {"error": f"not a RazorpayX payout event: {exc}"}, status=400))
     entity = ((event.get("payload") or {}).get("payout") or {}).get("entity") \
         if isinstance(event.get("payload"), dict) and \
         isinstance(event["payload"].get("payout"), dict) else None
@@ -156,7 +155,14 @@ def razorpayx_webhook(request):
                                         event_type=str(event.get("event", ""))[:60])
     except IntegrityError:
         return webhook_outcome("razorpayx", "duplicate", JsonResponse({"outcome": "duplicate"}))
-    outcome = payout_webhook_apply(event=event)
+    try:
+        outcome = payout_webhook_apply(event=event)
+    except Exception:
+        # Not handled: forget the delivery so Razorpay's retry is not taken for a
+        # duplicate (its effect, if any, is forward-only and idempotent).
+        InboundEvent.objects.filter(source=InboundEvent.Source.RAZORPAYX,
+                                    event_id=event_id).delete()
+        raise
     InboundEvent.objects.filter(source=InboundEvent.Source.RAZORPAYX, event_id=event_id
                                 ).update(outcome=outcome)
     return webhook_outcome("razorpayx", outcome, JsonResponse({"outcome": outcome}))

@@ -18,6 +18,36 @@ from payouts.providers.razorpayx import _payout
 log = logging.getLogger(__name__)
 
 
+def check_payout_event(event: dict) -> None:
+    """Shape of a payout event (razorpay/NOTES.md §2.8); raises MalformedEvent."""
+    from anchor.callbacks import MalformedEvent
+
+    payload = event.get("payload")
+    if payload is None:
+        return
+    if not isinstance(payload, dict):
+        raise MalformedEvent("payload must be an object")
+    payout = payload.get("payout")
+    if payout is None:
+        return
+    if not isinstance(payout, dict) or not isinstance(payout.get("entity", {}), dict):
+        raise MalformedEvent("payload.payout.entity must be an object")
+    entity = payout.get("entity") or {}
+    if not entity:
+        return
+    if not isinstance(entity.get("id"), str) or not 0 < len(entity["id"]) <= 40:
+        raise MalformedEvent("payload.payout.entity.id must be a payout id")
+    amount = entity.get("amount")
+    if not isinstance(amount, int) or isinstance(amount, bool) or not 0 <= amount < 10**15:
+        raise MalformedEvent("payload.payout.entity.amount must be integer paise")
+    for name in ("status", "reference_id", "utr"):
+        if entity.get(name) is not None and (not isinstance(entity[name], str)
+                                             or len(entity[name]) > 64):
+            raise MalformedEvent(f"payload.payout.entity.{name} must be a short string")
+    if not isinstance(entity.get("status_details") or {}, dict):
+        raise MalformedEvent("payload.payout.entity.status_details must be an object")
+
+
 def payout_webhook_apply(*, event: dict) -> str:
     name = str(event.get("event", ""))
     entity = (((event.get("payload") or {}).get("payout") or {}).get("entity")) or {}

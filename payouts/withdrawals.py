@@ -66,21 +66,21 @@ def parse_form(data) -> tuple[Decimal, Beneficiary]:
     except InvalidOperation:
         errors["amount"] = "Enter an amount in USDC, for example 25 or 25.50."
     name = " ".join((data.get("name") or "").split())
-    if not NAME.match(name):
+    if not NAME.fullmatch(name):
         errors["name"] = "Enter the account holder's name (3-50 letters)."
     kind = data.get("method") or "bank_account"
     beneficiary = Beneficiary(name=name, kind="vpa" if kind == "vpa" else "bank_account")
     if kind == "vpa":
         vpa = (data.get("vpa") or "").strip()
-        if not VPA.match(vpa):
+        if not VPA.fullmatch(vpa):
             errors["vpa"] = "Enter a UPI ID such as name@bank."
         beneficiary.vpa = vpa
     else:
         account = (data.get("account_number") or "").replace(" ", "")
         ifsc = (data.get("ifsc") or "").strip().upper()
-        if not ACCOUNT_NUMBER.match(account):
+        if not ACCOUNT_NUMBER.fullmatch(account):
             errors["account_number"] = "Enter the bank account number (5-35 letters or digits)."
-        if not IFSC.match(ifsc):
+        if not IFSC.fullmatch(ifsc):
             errors["ifsc"] = "Enter the 11-character IFSC, such as HDFC0001234."
         beneficiary.account_number, beneficiary.ifsc = account, ifsc
     if errors:

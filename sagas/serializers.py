@@ -39,7 +39,7 @@ class DecimalString(serializers.Field):
     def to_internal_value(self, data) -> Decimal:
         if not isinstance(data, str):
             self.fail("type", kind=type(data).__name__)
-        if not _PLAIN_DECIMAL.match(data):
+        if not _PLAIN_DECIMAL.fullmatch(data):
             self.fail("format")
         value = Decimal(data)
         if -value.as_tuple().exponent > self.places:

@@ -239,3 +239,65 @@ def test_an_event_whose_handling_fails_is_not_recorded_as_seen(client, settings,
 
     assert response.status_code == 500  # Razorpay retries it
     assert not InboundEvent.objects.filter(event_id="evt_f").exists()
+
+
+def _signed_post(client, path, body: bytes, secret, event_id="evt_x"):
+    return client.post(path, body, content_type="application/json",
+                       HTTP_X_RAZORPAY_SIGNATURE=_signed(body, secret),
+                       HTTP_X_RAZORPAY_EVENT_ID=event_id)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"event":"payout.processed","payload":[1]}',
+    b'{"event":"payout.processed","payload":{"payout":"x"}}',
+    b'{"event":"payout.processed","payload":{"payout":{"entity":{"id":"pout_1","amount":"abc"}}}}',
+    b'{"event":"payout.processed","payload":{"payout":{"entity":{"id":"pout_1","amount":1e400}}}}',
+    b'{"event":"payout.processed","payload":{"payout":{"entity":{"id":"pout_1","amount":100,'
+    b'"status_details":"x"}}}}',
+    b'{"event":"payout\\u0000processed","payload":{}}',
+    b"[" * 3000 + b"]" * 3000,
+])
+@pytest.mark.django_db
+def test_malformed_signed_payout_webhooks_get_400_and_record_nothing(client, settings, body):
+    response = _signed_post(client, "/webhooks/razorpay/payouts", body,
+                            settings.RAZORPAY_WEBHOOK_SECRET)
+
+    assert response.status_code == 400, response.content
+    assert not InboundEvent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_payout_webhook_with_an_overlong_event_id_gets_400(client, settings):
+    body = b'{"event":"payout.processed","payload":{}}'
+    response = _signed_post(client, "/webhooks/razorpay/payouts", body,
+                            settings.RAZORPAY_WEBHOOK_SECRET, event_id="e" * 5000)
+    assert response.status_code == 400
+    assert not InboundEvent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_payout_webhook_whose_handling_fails_can_be_retried(client, settings, monkeypatch):
+    from payouts import views as payout_views
+
+    def boom(**kwargs):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(payout_views, "payout_webhook_apply", boom)
+    client.raise_request_exception = False
+    body = b'{"event":"payout.processed","payload":{}}'
+
+    response = _signed_post(client, "/webhooks/razorpay/payouts", body,
+                            settings.RAZORPAY_WEBHOOK_SECRET, event_id="evt_retry")
+
+    assert response.status_code == 500
+    assert not InboundEvent.objects.filter(event_id="evt_retry").exists()
+
+
+@pytest.mark.django_db
+def test_nul_and_deep_nesting_in_payment_webhooks_get_400(client, settings):
+    for body in (b'{"event":"payment.captured","payload":{"payment":{"entity":'
+                 b'{"id":"pay_\\u0000","order_id":"o"}}}}', b"[" * 3000 + b"]" * 3000):
+        response = _signed_post(client, "/webhooks/razorpay/payments", body,
+                                settings.RAZORPAY_WEBHOOK_SECRET)
+        assert response.status_code == 400
+    assert not InboundEvent.objects.exists()

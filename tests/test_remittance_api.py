@@ -324,3 +324,20 @@ def test_the_openapi_schema_describes_the_api():
     assert any(p["name"] == "Idempotency-Key" and p["in"] == "header"
                for p in create["parameters"])
     assert schema["components"]["securitySchemes"]["partnerKey"]["scheme"] == "bearer"
+
+
+def test_deeply_nested_json_is_a_400_not_a_500(api):
+    body = "[" * 3000 + "]" * 3000
+
+    response = api.post(URL, body, content_type="application/json",
+                        HTTP_IDEMPOTENCY_KEY="key-deep")
+
+    assert response.status_code == 400
+    assert not Saga.objects.exists()
+
+
+def test_an_amount_with_a_trailing_newline_is_refused(api):
+    response = post(api, order(amount="5\n"))
+
+    assert response.status_code == 400
+    assert not Saga.objects.exists()
