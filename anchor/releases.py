@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.conf import settings
@@ -116,31 +115,21 @@ def _request_trust(transaction_id: str) -> None:
 
 # --- step 1: claim and prepare ------------------------------------------------------
 
-def _max_time() -> int:
-    return int(timezone.now().timestamp() + settings.STELLAR_TX_TIMEOUT_S)
-
-
 def release_claim(*, order: DepositOrder, destination: str, memo_type: str,
                   memo: str) -> DepositRelease | None:
     """Step 1, one transaction: insert the row (``submitting``), lease a channel and
     its next sequence, build and sign the payment, store envelope, hash, max_time.
     Returns None when another worker owns the release (unique ``transaction_id``)."""
-    max_time = _max_time()
     try:
         with transaction.atomic():
-            channel, sequence = stellar.lease_channel(
-                holder=order.transaction_id, until=stellar.lease_end(max_time))
-            envelope = stellar.build_payment(
-                channel=channel, sequence=sequence, destination=destination,
-                amount=order.amount_out, memo_type=memo_type, memo=memo, max_time=max_time)
+            prepared = stellar.prepare_payment(
+                holder=order.transaction_id, destination=destination,
+                amount=order.amount_out, memo_type=memo_type, memo=memo)
             return DepositRelease.objects.create(
                 transaction_id=order.transaction_id, status=Status.SUBMITTING,
                 destination=destination, asset_code=settings.STELLAR_USDC_CODE,
                 asset_issuer=settings.STELLAR_USDC_ISSUER, amount=order.amount_out,
-                memo=memo, memo_type=memo_type, source_account=channel.public_key,
-                sequence=sequence, envelope_xdr=envelope.to_xdr(),
-                tx_hash=envelope.hash_hex(), max_time=datetime.fromtimestamp(max_time, UTC),
-            )
+                memo=memo, memo_type=memo_type, **prepared)
     except IntegrityError:
         return None
 
@@ -276,7 +265,6 @@ def _envelope_dead(release: DepositRelease) -> bool:
 def _rebuild(release: DepositRelease, *, reason: str) -> DepositRelease:
     """Replace a provably dead envelope: new sequence, new bounds, new hash; one commit.
     After RELEASE_MAX_ATTEMPTS the release goes to manual_review instead."""
-    max_time = _max_time()
     with transaction.atomic():
         current = DepositRelease.objects.select_for_update().get(pk=release.pk)
         if current.tx_hash != release.tx_hash or current.status not in DepositRelease.OPEN_STATUSES:
@@ -287,24 +275,24 @@ def _rebuild(release: DepositRelease, *, reason: str) -> DepositRelease:
             current.last_error = f"attempts exhausted ({current.attempts}); last: {reason}"
             current.save(update_fields=["status", "last_error", "updated_at"])
             return current
-        channel, sequence = stellar.lease_channel(
-            holder=current.transaction_id, until=stellar.lease_end(max_time), resync=True)
-        envelope = stellar.build_payment(
-            channel=channel, sequence=sequence, destination=current.destination,
-            amount=current.amount, memo_type=current.memo_type, memo=current.memo,
-            max_time=max_time)
-        current.source_account = channel.public_key
-        current.sequence = sequence
-        current.envelope_xdr = envelope.to_xdr()
-        current.tx_hash = envelope.hash_hex()
-        current.max_time = datetime.fromtimestamp(max_time, UTC)
-        current.attempts += 1
+        _store_new_envelope(current)
         current.status = Status.SUBMITTING
         current.last_error = reason
         current.save()
         log.info("release %s rebuilt (attempt %s): %s", current.transaction_id,
                  current.attempts, reason)
         return current
+
+
+def _store_new_envelope(current: DepositRelease) -> None:
+    """Give a locked release a new channel sequence and envelope (the old one is dead);
+    the caller saves it in the same transaction."""
+    prepared = stellar.prepare_payment(
+        holder=current.transaction_id, destination=current.destination,
+        amount=current.amount, memo_type=current.memo_type, memo=current.memo, resync=True)
+    for name, value in prepared.items():
+        setattr(current, name, value)
+    current.attempts += 1
 
 
 def _mark_submitted(release: DepositRelease) -> DepositRelease:
@@ -444,19 +432,7 @@ def release_prepare_redrive(*, release_id: int, expected_hash: str | None,
     if current.source_account:
         stellar.forget_sequence(address=current.source_account,
                                 holder=current.transaction_id)
-    max_time = _max_time()
-    channel, sequence = stellar.lease_channel(
-        holder=current.transaction_id, until=stellar.lease_end(max_time), resync=True)
-    envelope = stellar.build_payment(
-        channel=channel, sequence=sequence, destination=current.destination,
-        amount=current.amount, memo_type=current.memo_type, memo=current.memo,
-        max_time=max_time)
-    current.source_account = channel.public_key
-    current.sequence = sequence
-    current.envelope_xdr = envelope.to_xdr()
-    current.tx_hash = envelope.hash_hex()
-    current.max_time = datetime.fromtimestamp(max_time, UTC)
-    current.attempts += 1
+    _store_new_envelope(current)
     current.status = Status.SUBMITTING
     current.last_error = reason[:2000]
     current.save()

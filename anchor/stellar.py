@@ -263,6 +263,23 @@ def forget_sequence(*, address: str, holder: str) -> None:
     )
 
 
+def prepare_payment(*, holder: str, destination: str, amount: Decimal, memo_type: str,
+                    memo: str, resync: bool = False) -> dict:
+    """Step 1 of every outbox (releases, refunds): lease a channel for ``holder``, take
+    its next sequence, build and sign the USDC payment with time bounds of
+    STELLAR_TX_TIMEOUT_S, and return the fields to store before anything is sent:
+    ``source_account``, ``sequence``, ``envelope_xdr``, ``tx_hash``, ``max_time``
+    (datetime, UTC). Runs inside the caller's transaction (the channel row lock is
+    held until it commits). Raises NoChannelFree, HorizonUnavailable, ValueError."""
+    max_time = int(timezone.now().timestamp() + settings.STELLAR_TX_TIMEOUT_S)
+    channel, sequence = lease_channel(holder=holder, until=lease_end(max_time), resync=resync)
+    envelope = build_payment(channel=channel, sequence=sequence, destination=destination,
+                             amount=amount, memo_type=memo_type, memo=memo, max_time=max_time)
+    return {"source_account": channel.public_key, "sequence": sequence,
+            "envelope_xdr": envelope.to_xdr(), "tx_hash": envelope.hash_hex(),
+            "max_time": datetime.fromtimestamp(max_time, UTC)}
+
+
 def lease_end(max_time: int) -> datetime:
     return datetime.fromtimestamp(max_time, UTC) + timedelta(
         seconds=settings.STELLAR_CHANNEL_GRACE_S

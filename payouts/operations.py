@@ -34,7 +34,6 @@ import logging
 import re
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.conf import settings
@@ -746,7 +745,6 @@ def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> Withd
     holder = _holder(request.transaction_id)
     memo_type = check.ap_tx.get("refund_memo_type") or "none"
     memo = check.ap_tx.get("refund_memo") or ""
-    max_time = _max_time()
     try:
         with transaction.atomic():
             current = WithdrawalRequest.objects.select_for_update().get(pk=request_id)
@@ -756,17 +754,13 @@ def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> Withd
                     payout is not None and payout.status != P.FAILED) or (
                     (payout is None) != (check.payout is None)):
                 raise OperationRefused("the withdrawal changed since it was checked")
-            channel, sequence = stellar.lease_channel(holder=holder,
-                                                      until=stellar.lease_end(max_time))
-            envelope = stellar.build_payment(
-                channel=channel, sequence=sequence, destination=check.destination,
-                amount=check.amount, memo_type=memo_type, memo=memo, max_time=max_time)
+            prepared = stellar.prepare_payment(
+                holder=holder, destination=check.destination, amount=check.amount,
+                memo_type=memo_type, memo=memo)
             refund = WithdrawalRefund.objects.create(
                 request=current, transaction_id=current.transaction_id,
                 destination=check.destination, amount=check.amount, memo=memo,
-                memo_type=memo_type, source_account=channel.public_key, sequence=sequence,
-                envelope_xdr=envelope.to_xdr(), tx_hash=envelope.hash_hex(),
-                max_time=datetime.fromtimestamp(max_time, UTC))
+                memo_type=memo_type, **prepared)
             _event(transaction_id=current.transaction_id, request=current, payout=payout,
                    event="withdrawal.refund", operator=operator, note=note,
                    detail={"amount": format(check.amount, "f"),
@@ -784,10 +778,6 @@ def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> Withd
 
 def _holder(transaction_id: str) -> str:
     return f"refund:{transaction_id}"
-
-
-def _max_time() -> int:
-    return int(timezone.now().timestamp() + settings.STELLAR_TX_TIMEOUT_S)
 
 
 def _refund_lock(refund_id: int):
@@ -858,25 +848,17 @@ def _refund_landed(refund: WithdrawalRefund, found: dict) -> WithdrawalRefund:
 
 def _refund_rebuild(refund: WithdrawalRefund) -> WithdrawalRefund:
     """Replace a provably dead envelope: new sequence, bounds and hash; one commit."""
-    max_time = _max_time()
     holder = _holder(refund.transaction_id)
     with transaction.atomic():
         current = WithdrawalRefund.objects.select_for_update().get(pk=refund.pk)
         if current.tx_hash != refund.tx_hash or current.status != F.SUBMITTING:
             return current
         stellar.forget_sequence(address=current.source_account, holder=holder)
-        channel, sequence = stellar.lease_channel(holder=holder,
-                                                  until=stellar.lease_end(max_time),
-                                                  resync=True)
-        envelope = stellar.build_payment(
-            channel=channel, sequence=sequence, destination=current.destination,
-            amount=current.amount, memo_type=current.memo_type, memo=current.memo,
-            max_time=max_time)
-        current.source_account = channel.public_key
-        current.sequence = sequence
-        current.envelope_xdr = envelope.to_xdr()
-        current.tx_hash = envelope.hash_hex()
-        current.max_time = datetime.fromtimestamp(max_time, UTC)
+        prepared = stellar.prepare_payment(
+            holder=holder, destination=current.destination, amount=current.amount,
+            memo_type=current.memo_type, memo=current.memo, resync=True)
+        for name, value in prepared.items():
+            setattr(current, name, value)
         current.attempts += 1
         current.last_error = "stored envelope was dead; rebuilt"
         current.save()
