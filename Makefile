@@ -1,6 +1,7 @@
 # make run  - the whole system (web, worker, beat, sandbox) on embedded PostgreSQL and Redis
 # make test - the test suite against the same embedded services
 # make demo - N deposits through the sandbox with faults on; prints a summary line
+# make chaos - a seeded, randomized fault campaign (CHAOS_ARGS="--seed 17 --seeds 1")
 # make bench - the saga engine vs DBOS Transact and pgbench on the embedded PostgreSQL
 PY ?= python3.11
 VENV := .venv
@@ -8,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV := $(BIN)/python -m corridor.devservices
 
-.PHONY: run test demo bench lint clean-devservices
+.PHONY: run test demo chaos bench lint clean-devservices
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) (Python 3.11) on PATH, or run: make PY=python3 ..."; exit 1; }
@@ -25,6 +26,9 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(DEV) run -- $(BIN)/python manage.py demo $(DEMO_ARGS)
+
+chaos: $(STAMP)
+	$(DEV) run -- $(BIN)/python manage.py chaos $(CHAOS_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -r requirements-bench.txt

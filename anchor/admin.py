@@ -1,13 +1,14 @@
-"""Operator console, deposit side (DESIGN.md §1 "Operators"), and the pieces every
-console action shares.
+"""Operator console, deposit side (DESIGN.md §1 "Operators"), and "expire in AP" (the
+action a deposit order and a withdrawal request both offer). The pieces every console
+action shares are in ``common.console``.
 
 Read views: releases with their chain evidence (the stored envelope and hash, looked up
 on Horizon when the page opens) and their audit rows, deposit orders and payments, the
 inbound-event log, the release and AP-transaction audit logs.
 
-Actions stay thin (STYLE.md): ``confirm_action`` shows the confirmation page (what will
-happen, the evidence, a refusal if the service would refuse now, and a form with the
-operator's note), then calls one service of ``anchor.operations`` /
+Actions stay thin (STYLE.md): ``common.console.confirm_action`` shows the confirmation
+page (what will happen, the evidence, a refusal if the service would refuse now, and a
+form with the operator's note), then calls one service of ``anchor.operations`` /
 ``payouts.operations`` / ``sagas.operations`` and reports with a message. Each action
 handles exactly one row: every case is a decision of its own. Every action declares
 its permission (``@admin.action(permissions=[...])``), so a person without it never
@@ -16,17 +17,11 @@ sees it and a forged POST is answered "No action selected" without running anyth
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from urllib.parse import urlencode
 
-from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
-from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
@@ -38,105 +33,9 @@ from anchor.models import (
     InboundEvent,
     ReleaseEvent,
 )
-from anchor.operations import OperationRefused, Preview
+from common.console import ReadOnlyAdmin, ReadOnlyInline, confirm_action
 
-CONFIRM_TEMPLATE = "admin/corridor/confirm_action.html"
-
-
-# --- shared by every console action -----------------------------------------------
-
-class NoteForm(forms.Form):
-    """Every action asks why: the note goes into the audit row with the operator."""
-
-    note = forms.CharField(
-        label="Note", min_length=3, max_length=2000,
-        help_text="Why you are doing this (ticket, evidence). Kept in the audit row.",
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}))
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Nothing is added, edited or deleted by hand: changes go through actions."""
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class ReadOnlyInline:
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-def shown(value) -> str:
-    """An evidence value as text for the page (JSON for dicts and lists)."""
-    if isinstance(value, dict | list | tuple):
-        return json.dumps(value, indent=2, cls=DjangoJSONEncoder, ensure_ascii=False)
-    return "" if value is None else str(value)
-
-
-def render_confirmation(request, modeladmin, *, title: str, subject: str, preview: Preview,
-                        form: forms.Form, action: str = "", selected: list | None = None,
-                        confirm_label: str = "Yes, do it", cancel_url: str = ""):
-    opts = modeladmin.model._meta
-    context = {
-        **modeladmin.admin_site.each_context(request),
-        "title": title, "subject": subject, "opts": opts, "form": form,
-        "will": preview.will, "refusal": preview.refusal,
-        "evidence": [(label, shown(value)) for label, value in preview.evidence],
-        "action": action, "selected": selected or [],
-        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-        "confirm_label": confirm_label,
-        "cancel_url": cancel_url or reverse(f"admin:{opts.app_label}_{opts.model_name}"
-                                            "_changelist"),
-    }
-    return TemplateResponse(request, CONFIRM_TEMPLATE, context)
-
-
-def confirm_action(modeladmin, request, queryset, *, title: str,
-                   preview: Callable[[object], Preview],
-                   perform: Callable[[object, dict, object], str],
-                   form_class: type[forms.Form] = NoteForm, confirm_label: str = "Yes, do it"):
-    """The body of a console action: first POST (from the changelist) -> the
-    confirmation page; second POST (``post=yes``, from that page) -> validate the form,
-    ``perform(obj, cleaned_data, user)`` (one service call) and report its message.
-    ``OperationRefused`` is reported as an error: the service wrote nothing."""
-    if queryset.count() != 1:
-        modeladmin.message_user(request, "Select exactly one row: each action handles one "
-                                "case.", messages.WARNING)
-        return None
-    obj = queryset.get()
-    if request.POST.get("post") == "yes":
-        form = form_class(request.POST)
-        if form.is_valid():
-            try:
-                message = perform(obj, form.cleaned_data, request.user)
-            except OperationRefused as exc:
-                modeladmin.message_user(request, f"Refused, nothing changed: {exc}",
-                                        messages.ERROR)
-                return None
-            modeladmin.message_user(request, message, messages.SUCCESS)
-            return None
-    else:
-        form = form_class()
-    return render_confirmation(request, modeladmin, title=title, subject=str(obj),
-                               preview=preview(obj), form=form,
-                               action=request.POST.get("action", ""), selected=[obj.pk],
-                               confirm_label=confirm_label)
-
+# --- expire in AP (payouts/admin.py serves the page) -------------------------------
 
 def expire_url(transaction_id: str) -> str:
     """The confirmation page of "expire an AP transaction" (payouts/admin.py serves it:
@@ -235,7 +134,9 @@ class DepositOrderAdmin(ExpireInApMixin, ReadOnlyAdmin):
 @admin.register(DepositPayment)
 class DepositPaymentAdmin(ReadOnlyAdmin):
     list_display = ("payment_id", "transaction_id", "order_id", "amount_paise", "currency",
-                    "captured_at", "ap_notified_at")
+                    "captured_at", "confirmation", "confirmed_at", "confirmation_error",
+                    "ap_notified_at")
+    list_filter = ("confirmation",)
     search_fields = ("payment_id", "transaction_id", "order_id")
     ordering = ("-captured_at",)
     actions = None
@@ -243,8 +144,8 @@ class DepositPaymentAdmin(ReadOnlyAdmin):
 
 @admin.register(InboundEvent)
 class InboundEventAdmin(ReadOnlyAdmin):
-    list_display = ("received_at", "source", "event_type", "event_id", "outcome")
-    list_filter = ("source", "event_type")
-    search_fields = ("event_id",)
+    list_display = ("received_at", "source", "event_type", "event_id", "outcome", "reason")
+    list_filter = ("source", "outcome", "event_type")
+    search_fields = ("event_id", "reason")
     ordering = ("-received_at",)
     actions = None

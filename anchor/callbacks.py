@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
@@ -22,8 +23,9 @@ import jwt
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from anchor import deposits
-from anchor.models import InboundEvent, Sep24Customer
+from anchor import deposits, inbox
+from anchor.models import DepositPayment, DepositRelease, InboundEvent, Sep24Customer
+from corridor import inbound
 
 log = logging.getLogger(__name__)
 
@@ -45,34 +47,29 @@ def ap_request_authorized(headers) -> bool:
     return True
 
 
-def _seen(source: str, event_id: str, event_type: str, outcome: str) -> bool:
-    """Record the delivery; False when (source, event_id) was already recorded."""
-    try:
-        with transaction.atomic():
-            InboundEvent.objects.create(source=source, event_id=event_id,
-                                        event_type=event_type[:60], outcome=outcome[:200])
-    except IntegrityError:
-        return False
-    return True
-
-
-class MalformedEvent(ValueError):
+class MalformedEvent(inbound.InboundError):
     """The body is not shaped like the sender's events; the message says what is off."""
 
 
 def parse_json_object(raw: bytes) -> dict:
-    """The request body as a JSON object. Raises MalformedEvent for bodies that are not
-    UTF-8 JSON objects, that nest absurdly deep, or that carry NUL characters (which
-    PostgreSQL text cannot store and no real sender uses)."""
-    if b"\x00" in raw or b"\\u0000" in raw:
-        raise MalformedEvent("the body contains NUL characters")
+    """The request body as a JSON object, decoded strictly by corridor/inbound.py
+    (UTF-8, no lone surrogates, no NUL, no NaN, bounded depth and size). Raises
+    MalformedEvent."""
+    try:
+        return inbound.json_object(raw)
+    except inbound.InboundError as exc:
+        raise MalformedEvent(str(exc)) from None
+
+
+def salvage(raw: bytes) -> dict:
+    """For the record of a rejected body only: the body as Python's lenient ``json``
+    reads it (lone surrogates and all), or {} -- so a rejected event keeps the sender's
+    id and type where they are readable. Never feed this to a service."""
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise MalformedEvent("the body is not JSON")
-    if not isinstance(body, dict):
-        raise MalformedEvent("the body must be a JSON object")
-    return body
+    except (ValueError, RecursionError):
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def _obj(value, where: str) -> dict:
@@ -83,17 +80,60 @@ def _obj(value, where: str) -> dict:
     return value
 
 
+def _checked(check, *args, **kwargs):
+    try:
+        return check(*args, **kwargs)
+    except MalformedEvent:
+        raise
+    except inbound.InboundError as exc:
+        raise MalformedEvent(str(exc)) from None
+
+
 def event_id_checked(value, where: str) -> str:
-    """A sender's event id: a non-empty string of at most 100 characters."""
-    return _event_id(value, where)
+    """A sender's event id as stored in ``inbound_events.event_id``: a non-empty string
+    (an integer is taken as its digits) that fits the column. Raises MalformedEvent."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    return _checked(inbound.field_text, InboundEvent, "event_id", value, where)
 
 
 def _event_id(value, where: str) -> str:
-    if not isinstance(value, str | int) or isinstance(value, bool) or not str(value):
-        raise MalformedEvent(f"{where} must be a non-empty string")
-    if len(str(value)) > 100:
-        raise MalformedEvent(f"{where} is longer than 100 characters")
-    return str(value)
+    return event_id_checked(value, where)
+
+
+def _event_type(value, where: str) -> str:
+    return _checked(inbound.field_text, InboundEvent, "event_type", value, where)
+
+
+def event_reject(*, source: str, event_id, event_type, reason: str, raw: bytes) -> str:
+    """Acknowledge a correctly signed (or authenticated) event that can never be
+    stored or applied: record it once as outcome ``rejected`` with the reason, so the
+    sender's retries stop (Razorpay retries non-2xx and disables the endpoint, NOTES
+    §1.5; AP retries forever and holds back every later event, AP NOTES §3) and
+    operators see it in the review queue (``operator_review_queue``, kind
+    ``inbound``). Nothing else is written.
+
+    ``event_id``/``event_type`` are whatever the sender gave (any type): an id that
+    cannot be stored is replaced by ``sha256:<hex>`` of the id and the body, so every
+    distinct delivery still dedupes; the type and reason are sanitised and cut to
+    their columns, so this write cannot fail on the input. Returns ``rejected``, or
+    ``duplicate`` when that id was already recorded."""
+    try:
+        stored_id = event_id_checked(event_id, "event id")
+    except MalformedEvent:
+        digest = hashlib.sha256(inbound.sanitize(event_id, 100_000).encode() + b"\n" + raw)
+        stored_id = f"sha256:{digest.hexdigest()}"
+    kind = inbound.sanitize(event_type, inbound.max_length(InboundEvent, "event_type"))
+    try:
+        with transaction.atomic():
+            InboundEvent.objects.create(source=source, event_id=stored_id, event_type=kind,
+                                        outcome=InboundEvent.REJECTED,
+                                        reason=inbound.sanitize(reason, 1000))
+    except IntegrityError:
+        return "duplicate"
+    log.error("signed %s event rejected: %s", source, inbound.sanitize(reason, 300),
+              extra={"source": source, "event_id": stored_id, "outcome": "rejected"})
+    return "rejected"
 
 
 def ap_event_receive(*, event: dict) -> str:
@@ -102,29 +142,33 @@ def ap_event_receive(*, event: dict) -> str:
     from anchor import tasks
 
     event_id = _event_id(event.get("id"), "id")
-    event_type = _event_id(event.get("type"), "type")
+    event_type = _event_type(event.get("type"), "type")
     tx = _obj(_obj(event.get("payload"), "payload").get("transaction"), "payload.transaction")
     wants_release = (event_type in ("transaction_status_changed", "transaction_created")
                      and tx.get("kind") == "deposit" and tx.get("status") == "pending_anchor"
                      and tx.get("id"))
-    outcome = "release_scheduled" if wants_release else "ignored"
-    with transaction.atomic():
-        if not _seen(InboundEvent.Source.AP, event_id, event_type, outcome):
-            return "duplicate"
-        if wants_release:
-            transaction.on_commit(lambda: tasks.deposit_release.delay(tx["id"]))
-    return outcome
+    if wants_release:
+        _checked(inbound.field_text, DepositRelease, "transaction_id", tx["id"],
+                 "payload.transaction.id")
+
+    def apply() -> str:
+        if not wants_release:
+            return "ignored"
+        transaction.on_commit(lambda: tasks.deposit_release.delay(tx["id"]))
+        return "release_scheduled"
+
+    return inbox.record_and_apply(source=InboundEvent.Source.AP, event_id=event_id,
+                                  event_type=event_type, apply=apply)
 
 
 def sep24_customer_put(*, body: dict) -> Sep24Customer:
-    """Store the SEP-9 fields AP forwards (type ``sep24-customer``). Raises
-    MalformedEvent for an account or memo that cannot be one, or NUL characters."""
-    account = str(body.get("account") or "")
-    memo = str(body.get("memo") or "")
-    if len(account) > 69 or len(memo) > 128:
-        raise MalformedEvent("account or memo is too long to be a Stellar account / memo")
-    if "\\u0000" in json.dumps(body):  # JSON escapes NUL; PostgreSQL text refuses it
-        raise MalformedEvent("fields may not contain NUL characters")
+    """Store the SEP-9 fields AP forwards (type ``sep24-customer``). ``body``: a
+    strictly decoded JSON object (:func:`parse_json_object`); ``account`` and ``memo``
+    strings that fit their columns (``Sep24Customer``). Raises MalformedEvent."""
+    account = _checked(inbound.field_text, Sep24Customer, "account", body.get("account"),
+                       "account", required=False)
+    memo = _checked(inbound.field_text, Sep24Customer, "memo", body.get("memo"), "memo",
+                    required=False)
     reserved = {"id", "account", "memo", "memo_type", "type", "transaction_id"}
     fields = {k: v for k, v in body.items() if k not in reserved}
     customer, _ = Sep24Customer.objects.update_or_create(
@@ -136,30 +180,36 @@ def razorpay_payment_webhook(*, event_id: str, event: dict) -> str:
     """A verified pay-in webhook: ``payment.captured`` / ``order.paid`` carry the
     payment entity; both for one payment are one effect (per-payment uniqueness in
     ``payment_record``). The event id is recorded in the same transaction as its
-    effect, so a delivery that fails half-way is not mistaken for a duplicate when
-    Razorpay retries it. Returns the outcome; raises MalformedEvent."""
+    effect (``inbox.record_and_apply``), so a delivery that fails half-way is not
+    mistaken for a duplicate when Razorpay retries it. Returns the outcome; raises
+    MalformedEvent."""
     event_id = _event_id(event_id, "X-Razorpay-Event-Id")
-    name = str(event.get("event", ""))[:60]
+    name = _event_type(event.get("event"), "event")
     payload = _obj(event.get("payload"), "payload")
     payment = _obj(_obj(payload.get("payment"), "payload.payment").get("entity"),
                    "payload.payment.entity")
     wanted = name in ("payment.captured", "order.paid") and bool(payment)
     if wanted:
-        _check_payment(payment)
-    with transaction.atomic():
-        if not _seen(InboundEvent.Source.RAZORPAY, event_id, name, "received"):
-            return "duplicate"
-        outcome = deposits.payment_record(payment=payment) if wanted else "ignored"
-        InboundEvent.objects.filter(source=InboundEvent.Source.RAZORPAY, event_id=event_id
-                                    ).update(outcome=outcome)
-    return outcome
+        check_payment(payment)
+    return inbox.record_and_apply(
+        source=InboundEvent.Source.RAZORPAY, event_id=event_id, event_type=name,
+        apply=lambda: deposits.payment_record(payment=payment) if wanted else "ignored")
 
 
-def _check_payment(payment: dict) -> None:
-    if not isinstance(payment.get("id"), str) or not payment["id"] or len(payment["id"]) > 40:
-        raise MalformedEvent("payload.payment.entity.id must be a Razorpay payment id")
-    if not isinstance(payment.get("order_id"), str | type(None)):
-        raise MalformedEvent("payload.payment.entity.order_id must be a string")
-    created = payment.get("created_at")
-    if created is not None and (not isinstance(created, int) or isinstance(created, bool)):
-        raise MalformedEvent("payload.payment.entity.created_at must be Unix seconds")
+def check_payment(payment: dict) -> None:
+    """A Razorpay payment entity (razorpay/NOTES.md §1.5) whose fields fit the
+    ``deposit_payments`` columns they land in: ``id``, ``order_id``, ``currency``,
+    ``method`` strings within their max_length; ``amount`` integer paise, 0..2^63-1;
+    ``created_at`` Unix seconds (:func:`corridor.inbound.unix_seconds`). Raises MalformedEvent."""
+    where = "payload.payment.entity"
+    _checked(inbound.field_text, DepositPayment, "payment_id", payment.get("id"), f"{where}.id")
+    for name in ("order_id", "currency", "method"):
+        _checked(inbound.field_text, DepositPayment, name, payment.get(name), f"{where}.{name}",
+                 required=False)
+    if not isinstance(payment.get("status"), str | type(None)):
+        raise MalformedEvent(f"{where}.status must be a string")
+    if payment.get("amount") is not None:
+        _checked(inbound.field_int, DepositPayment, "amount_paise", payment["amount"],
+                 f"{where}.amount")
+    if payment.get("created_at") is not None:
+        _checked(inbound.unix_seconds, payment["created_at"], f"{where}.created_at")

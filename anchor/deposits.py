@@ -4,19 +4,19 @@ INR payment (the only thing that makes a deposit releasable, DESIGN.md §4)."""
 from __future__ import annotations
 
 import logging
-import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal, InvalidOperation
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
-from anchor import platform
+from anchor import platform, submissions
 from anchor import razorpay as rzp
 from anchor.models import DepositOrder, DepositPayment
+from common.crashpoints import crash_point
 
 log = logging.getLogger(__name__)
 PAISA = Decimal("0.01")
@@ -79,63 +79,177 @@ def _usdc_asset_id() -> str:
 
 
 def deposit_submit(*, transaction_id: str, amount_in: Decimal) -> DepositOrder:
-    """The interactive form's one transition: create the Razorpay order (receipt = AP
-    id), store it, then ``request_offchain_funds`` (AP: incomplete ->
-    pending_user_transfer_start, NOTES §4.3). A repeat (reload, replayed token, double
-    click) returns the stored order and makes no second request.
-    Raises DepositStateError, rzp.RazorpayError, platform errors."""
+    """The interactive form's one transition: a Razorpay order for ``amount_in``
+    (Decimal, INR, 2 dp; receipt = AP id), stored as our DepositOrder, then
+    ``request_offchain_funds`` (AP: incomplete -> pending_user_transfer_start, NOTES
+    §4.3). Safe under any number of simultaneous calls (anchor/submissions.py): only
+    the holder of the submission's claim calls Razorpay or AP, with no database
+    transaction or lock held across a call; a repeat after it is done returns the
+    stored order and calls nothing.
+
+    Crash recovery (a resumed claim, by the next submission or the sweeper): the
+    order is looked up by receipt (``GET /v1/orders?receipt=``, Razorpay docs
+    api/orders/fetch-all) before one is created, because Razorpay does not promise a
+    unique receipt (NOTES §1.1: ``unique_receipt`` is an open question; its own
+    fetch-all example lists two orders with one receipt). A found order is adopted,
+    with its amount, so a deposit has one order. Should two ever exist, only the one
+    stored here is ever shown to the customer; Checkout needs the order id from our
+    page, so the other can never be paid. ``request_offchain_funds`` is sent only
+    after a re-read of AP shows it still ``incomplete``.
+
+    Returns the DepositOrder. Raises SubmissionInFlight (another request is making
+    this submission: call nothing, show "being submitted"), DepositStateError,
+    rzp.RazorpayError, platform errors (the claim is released for a retry)."""
     with bound_contextvars(transaction_id=transaction_id):
-        with transaction.atomic():
-            _xact_lock(f"deposit_submit:{transaction_id}")
-            order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
-            if order is None:
-                ap_tx = platform.get_transaction(transaction_id)
-                if ap_tx is None or ap_tx.get("kind") != "deposit":
-                    raise DepositStateError("This deposit does not exist.")
-                if ap_tx["status"] != "incomplete":
-                    raise DepositStateError(f"This deposit is already {ap_tx['status']}.")
-                q = quote(amount_in)
-                paise = rzp.rupees_to_paise(q.amount_in)
-                created = rzp.create_order(amount_paise=paise, currency="INR",
-                                           receipt=transaction_id,
-                                           notes={"transaction_id": transaction_id})
-                order = DepositOrder.objects.create(
-                    transaction_id=transaction_id, order_id=created["id"], amount_in=q.amount_in,
-                    amount_in_paise=paise, fee=q.fee, amount_out=q.amount_out, rate=q.rate)
-        if order.funds_requested_at is None:
+        order = DepositOrder.objects.filter(transaction_id=transaction_id,
+                                            funds_requested_at__isnull=False).first()
+        if order is not None:
+            return order
+        claim = submissions.claim(transaction_id=transaction_id, kind="deposit",
+                                  amount_in=amount_in)
+        if claim is None:
+            return DepositOrder.objects.get(transaction_id=transaction_id)
+        return _deposit_drive(claim, amount_in)
+
+
+def _deposit_drive(claim: submissions.Claim, amount_in: Decimal) -> DepositOrder:
+    """The holder's steps, each outcome committed under the claim's fence."""
+    transaction_id = claim.transaction_id
+    try:
+        ap_tx = platform.get_transaction(transaction_id)
+        if ap_tx is None or ap_tx.get("kind") != "deposit":
+            raise DepositStateError("This deposit does not exist.")
+        order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
+        if ap_tx["status"] != "incomplete" and (order is None or not _funds_requested(ap_tx)):
+            # An order stored by a crashed holder whose RPC AP applied is finished below.
+            raise DepositStateError(f"This deposit is already {ap_tx['status']}.")
+        if order is None:
+            order = _deposit_order(claim, amount_in)
+        if ap_tx["status"] == "incomplete":
+            crash_point("deposit_submit.order_stored")
             _request_offchain_funds(order)
-            DepositOrder.objects.filter(pk=order.pk).update(funds_requested_at=timezone.now())
-            order.refresh_from_db()
-        return order
+    except DepositStateError as exc:
+        submissions.release(claim, error=str(exc), forget=True)
+        raise
+    except (rzp.RazorpayError, platform.PlatformError, platform.RpcError) as exc:
+        submissions.release(claim, error=f"{type(exc).__name__}: {exc}", forget=False)
+        raise
+
+    def mark_requested():
+        DepositOrder.objects.filter(pk=order.pk).update(funds_requested_at=timezone.now())
+
+    submissions.finish(claim, also=mark_requested)
+    order.refresh_from_db()
+    return order
+
+
+def _deposit_order(claim: submissions.Claim, amount_in: Decimal) -> DepositOrder:
+    """Create (or, on a resumed claim, find by receipt) the Razorpay order and store it.
+    The intent ``order_requested`` is committed before the create is sent."""
+    transaction_id = claim.transaction_id
+    found = None
+    if claim.resumed and claim.step == "order_requested":
+        found = _order_by_receipt(transaction_id)
+    if found is None:
+        q = quote(amount_in)
+        paise = rzp.rupees_to_paise(q.amount_in)
+        submissions.advance(claim, "order_requested", amount_in=q.amount_in)
+        crash_point("deposit_submit.order_requested")
+        created = rzp.create_order(amount_paise=paise, currency="INR", receipt=transaction_id,
+                                   notes={"transaction_id": transaction_id})
+    else:
+        created, paise = found, found["amount"]
+        q = quote(rzp.paise_to_rupees(paise))
+        log.info("adopted Razorpay order %s found by receipt", found["id"])
+    crash_point("deposit_submit.order_created")
+    return submissions.advance(claim, "order_stored", also=lambda: DepositOrder.objects.create(
+        transaction_id=transaction_id, order_id=created["id"], amount_in=q.amount_in,
+        amount_in_paise=paise, fee=q.fee, amount_out=q.amount_out, rate=q.rate))
+
+
+def _order_by_receipt(transaction_id: str) -> dict | None:
+    """The order an earlier attempt created for this deposit, if Razorpay has one: one
+    already attempted or paid first, else the oldest."""
+    orders = [o for o in rzp.orders_by_receipt(transaction_id[:40])
+              if o.get("receipt") == transaction_id[:40] and o.get("currency") == "INR"]
+    orders.sort(key=lambda o: (o.get("status") == "created", o.get("created_at") or 0))
+    return orders[0] if orders else None
+
+
+# AP statuses that say it never took (or no longer honours) request_offchain_funds.
+_NOT_REQUESTED = {"incomplete", "expired", "error", "no_market", "too_small", "too_large"}
+
+
+def _funds_requested(tx: dict) -> bool:
+    """AP took request_offchain_funds and the deposit is live: it left ``incomplete``
+    for pending_user_transfer_start or later (NOTES §1.6)."""
+    return tx.get("status") not in _NOT_REQUESTED
 
 
 def _request_offchain_funds(order: DepositOrder) -> None:
+    """``request_offchain_funds``, once: ``rpc_once`` re-reads AP on -32600 (already
+    applied); a -32603 "modified by another request" (AP's optimistic lock, 4.2.0+) is
+    re-read too, and counts as done only if AP left ``incomplete``."""
     fiat = settings.AP_FIAT_ASSET
-    platform.rpc_once(
-        "request_offchain_funds",
-        {
-            "transaction_id": order.transaction_id,
-            "message": "Pay with Razorpay to continue",
-            "amount_in": {"amount": format(order.amount_in, "f"), "asset": fiat},
-            "amount_out": {"amount": format(order.amount_out, "f"), "asset": _usdc_asset_id()},
-            "fee_details": {"total": format(order.fee, "f"), "asset": fiat},
-        },
-        reached=lambda tx: tx["status"] != "incomplete",
-    )
+    try:
+        platform.rpc_once(
+            "request_offchain_funds",
+            {
+                "transaction_id": order.transaction_id,
+                "message": "Pay with Razorpay to continue",
+                "amount_in": {"amount": format(order.amount_in, "f"), "asset": fiat},
+                "amount_out": {"amount": format(order.amount_out, "f"),
+                               "asset": _usdc_asset_id()},
+                "fee_details": {"total": format(order.fee, "f"), "asset": fiat},
+            },
+            reached=_funds_requested,
+        )
+    except platform.RpcError as exc:
+        if exc.code != platform.INTERNAL_ERROR:
+            raise
+        current = platform.get_transaction(order.transaction_id)
+        if current is None or not _funds_requested(current):
+            raise
 
 
-def _xact_lock(name: str) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [zlib.crc32(name.encode())])
+def deposit_resume(transaction_id: str) -> str:
+    """The sweeper's resume of a deposit submission whose claim lapsed: the stored
+    amount, the same steps (anchor/submissions.py ``sweep_submissions``). Returns
+    completed | released | skipped; raises the transient errors (claim released)."""
+    with bound_contextvars(transaction_id=transaction_id):
+        try:
+            claim = submissions.claim(transaction_id=transaction_id, kind="deposit",
+                                      amount_in=None)
+        except submissions.SubmissionInFlight:
+            return "skipped"
+        if claim is None:
+            return "skipped"
+        if not claim.resumed:  # the intent vanished meanwhile: nothing to complete
+            submissions.release(claim, error="nothing to resume", forget=True)
+            return "skipped"
+        try:
+            _deposit_drive(claim, claim.submission.amount_in.quantize(PAISA))
+        except DepositStateError:
+            return "released"
+        return "completed"
+
+
+submissions.register_resumer("deposit", deposit_resume)
 
 
 def payment_record(*, payment: dict) -> str:
-    """Record a Razorpay payment entity (from a verified webhook or the order
-    reconciler). Only a ``captured`` payment on one of our orders, with the order's
-    exact paise and currency, is recorded; one per payment id and one per deposit.
+    """Store a Razorpay payment entity as it was told (by a verified webhook or the
+    order reconciler). Only a claim of a ``captured`` payment on one of our orders,
+    with the order's exact paise and currency, is stored; one live row per payment id
+    and one per deposit. The row is ``unconfirmed``: nothing is released on it until
+    ``payment_confirm`` fetched the payment from Razorpay itself (a signed webhook
+    proves only that its sender knows the webhook secret).
+
     Returns the outcome: recorded | duplicate | unknown_order | not_captured |
-    amount_mismatch | currency_mismatch | second_payment. Enqueues the AP notify and
-    the release after commit."""
+    amount_mismatch | currency_mismatch | second_payment | awaiting_other_confirmation
+    | payment_of_another_order. Enqueues the confirmation, the AP notify and the
+    release after commit (``tasks.deposit_funds_received``). May run inside the
+    caller's transaction (the webhook's dedupe row); makes no outbound call."""
     order_id = payment.get("order_id") or ""
     order = DepositOrder.objects.filter(order_id=order_id).first()
     if order is None:
@@ -163,21 +277,135 @@ def payment_record(*, payment: dict) -> str:
                     transaction_id=order.transaction_id, amount_paise=amount,
                     currency=payment["currency"], method=payment.get("method") or "",
                     captured_at=captured_at)
-                DepositOrder.objects.filter(pk=order.pk).update(status=DepositOrder.Status.PAID)
                 transaction.on_commit(
                     lambda: tasks.deposit_funds_received.delay(order.transaction_id))
         except IntegrityError:
-            existing = DepositPayment.objects.filter(transaction_id=order.transaction_id).first()
-            if existing is not None and existing.payment_id != payment["id"]:
-                log.error("second captured payment %s for deposit %s (first %s): refund by hand",
-                          payment["id"], order.transaction_id, existing.payment_id)
-                return "second_payment"
-            return "duplicate"
+            return _record_conflict(payment["id"], order)
         return "recorded"
 
 
+def _record_conflict(payment_id: str, order: DepositOrder) -> str:
+    """Why a live row already holds this payment id or this deposit."""
+    existing = DepositPayment.objects.live().filter(transaction_id=order.transaction_id).first()
+    if existing is not None and existing.payment_id == payment_id:
+        return "duplicate"
+    if existing is not None and existing.confirmation == DepositPayment.Confirmation.CONFIRMED:
+        log.error("second captured payment %s for deposit %s (first %s): refund by hand",
+                  payment_id, order.transaction_id, existing.payment_id)
+        return "second_payment"
+    if existing is not None:
+        # The first claim may be forged: once Razorpay contradicts it, the row is
+        # rejected and the order reconciler records this payment (the order stays
+        # awaiting_payment until a payment is confirmed).
+        log.warning("payment %s for deposit %s waits: %s is not confirmed yet", payment_id,
+                    order.transaction_id, existing.payment_id)
+        return "awaiting_other_confirmation"
+    log.error("payment %s is already claimed for another deposit; not for %s", payment_id,
+              order.transaction_id)
+    return "payment_of_another_order"
+
+
+class PaymentRejected(Exception):
+    """Razorpay's own record contradicts the payment Corridor was told about (no such
+    payment, not captured, another order, amount or currency), or there is no payment:
+    nothing is released on it. The row is ``rejected`` with the reason."""
+
+
+class PaymentUnconfirmed(Exception):
+    """Razorpay could not be asked (5xx, timeout, auth, rate limit): the payment stays
+    ``unconfirmed`` and nothing is released until a later attempt confirms it."""
+
+
+def payment_mismatch(*, fetched: dict, order: DepositOrder, payment_id: str) -> str | None:
+    """Compare the payment entity Razorpay returned (``GET /v1/payments/{id}``) with
+    our order: the same id, ``status`` ``captured``, nothing refunded, ``order_id`` =
+    our order's, ``amount`` = the order's integer paise, ``currency`` = the order's
+    (razorpay/NOTES.md §1.7 step 4). Returns None when it matches, else every reason,
+    joined with "; "."""
+    reasons = []
+    if fetched.get("id") != payment_id:
+        reasons.append(f"Razorpay answered for payment {fetched.get('id')!r}")
+    if fetched.get("status") != "captured":
+        reasons.append(f"status is {fetched.get('status')!r}, not 'captured'")
+    refunded = fetched.get("amount_refunded") or 0
+    if refunded != 0:
+        reasons.append(f"{refunded!r} paise refunded")
+    if fetched.get("order_id") != order.order_id:
+        reasons.append(f"order_id is {fetched.get('order_id')!r}, not {order.order_id!r}")
+    amount = fetched.get("amount")
+    if not isinstance(amount, int) or isinstance(amount, bool) or amount != order.amount_in_paise:
+        reasons.append(f"amount is {amount!r} paise, not {order.amount_in_paise}")
+    if fetched.get("currency") != order.currency:
+        reasons.append(f"currency is {fetched.get('currency')!r}, not {order.currency!r}")
+    return "; ".join(reasons) or None
+
+
+def payment_confirm(*, transaction_id: str) -> DepositPayment:
+    """Make deposit ``transaction_id``'s recorded payment releasable, or refuse it:
+    fetch the payment from Razorpay (``GET /v1/payments/{id}``, no database
+    transaction or lock held across the call) and compare it with our order
+    (``payment_mismatch``). A match sets ``confirmed`` + ``confirmed_at`` and the
+    order ``paid`` (one commit); a contradiction sets ``rejected`` with the reason
+    (logged; the order stays ``awaiting_payment`` so a real payment can still be
+    recorded). Every path to a release claim passes here (``notify_funds_received``,
+    ``releases.release_start``); a confirmed payment returns at once without a call.
+
+    Returns the confirmed DepositPayment. Raises PaymentRejected (never releasable on
+    this payment) or PaymentUnconfirmed (Razorpay unreachable: delay, never skip)."""
+    with bound_contextvars(transaction_id=transaction_id):
+        payment = DepositPayment.objects.live().filter(transaction_id=transaction_id).first()
+        if payment is None:
+            raise PaymentRejected(f"{transaction_id}: no captured payment recorded by Corridor")
+        if payment.confirmation == DepositPayment.Confirmation.CONFIRMED:
+            return payment
+        order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
+        if order is None or order.order_id != payment.order_id:
+            _reject(payment, "the payment is not on this deposit's order")
+        try:
+            fetched = rzp.fetch_payment(payment.payment_id)
+        except rzp.PaymentNotFound as exc:
+            _reject(payment, f"Razorpay has no payment {payment.payment_id}: {exc}")
+        except rzp.RazorpayError as exc:
+            DepositPayment.objects.filter(
+                pk=payment.pk, confirmation=DepositPayment.Confirmation.UNCONFIRMED
+            ).update(confirmation_error=f"not confirmed yet: {exc}"[:2000])
+            log.warning("payment %s not confirmed yet: %s", payment.payment_id, exc)
+            raise PaymentUnconfirmed(f"{payment.payment_id}: {exc}") from exc
+        reason = payment_mismatch(fetched=fetched, order=order, payment_id=payment.payment_id)
+        if reason:
+            _reject(payment, f"Razorpay disagrees: {reason}")
+        created = fetched.get("created_at")
+        with transaction.atomic():
+            DepositPayment.objects.filter(
+                pk=payment.pk, confirmation=DepositPayment.Confirmation.UNCONFIRMED
+            ).update(confirmation=DepositPayment.Confirmation.CONFIRMED,
+                     confirmed_at=timezone.now(), confirmation_error="",
+                     method=str(fetched.get("method") or payment.method)[:20],
+                     **({"captured_at": datetime.fromtimestamp(created, UTC)}
+                        if isinstance(created, int) and not isinstance(created, bool) else {}))
+            DepositOrder.objects.filter(pk=order.pk).update(status=DepositOrder.Status.PAID)
+        payment.refresh_from_db()
+        if payment.confirmation != DepositPayment.Confirmation.CONFIRMED:
+            raise PaymentRejected(f"{payment.payment_id}: {payment.confirmation_error}")
+        log.info("payment %s confirmed with Razorpay", payment.payment_id)
+        return payment
+
+
+def _reject(payment: DepositPayment, reason: str):
+    """Mark an unconfirmed payment ``rejected`` and raise PaymentRejected."""
+    DepositPayment.objects.filter(
+        pk=payment.pk, confirmation=DepositPayment.Confirmation.UNCONFIRMED
+    ).update(confirmation=DepositPayment.Confirmation.REJECTED,
+             confirmation_error=reason[:2000])
+    log.error("payment %s for deposit %s rejected, nothing released: %s", payment.payment_id,
+              payment.transaction_id, reason)
+    raise PaymentRejected(f"{payment.payment_id}: {reason}")
+
+
 def funds_received(*, transaction_id: str) -> None:
-    """``notify_offchain_funds_received`` for our recorded payment, then the release."""
+    """Confirm our recorded payment with Razorpay, ``notify_offchain_funds_received``,
+    then the release. Raises PaymentRejected, PaymentUnconfirmed, the release's and
+    AP's errors (``tasks.deposit_funds_received`` retries the transient ones)."""
     with bound_contextvars(transaction_id=transaction_id):
         notify_funds_received(transaction_id=transaction_id)
         from anchor import releases
@@ -186,10 +414,12 @@ def funds_received(*, transaction_id: str) -> None:
 
 
 def notify_funds_received(*, transaction_id: str) -> None:
-    """``notify_offchain_funds_received`` (external id = the Razorpay payment id), once:
-    AP pending_user_transfer_start -> pending_anchor (NOTES §1.6)."""
+    """``notify_offchain_funds_received`` (external id = the Razorpay payment id), once,
+    and only for a payment ``payment_confirm`` confirmed: AP
+    pending_user_transfer_start -> pending_anchor (NOTES §1.6). Raises PaymentRejected,
+    PaymentUnconfirmed, platform errors."""
     with bound_contextvars(transaction_id=transaction_id):
-        payment = DepositPayment.objects.get(transaction_id=transaction_id)
+        payment = payment_confirm(transaction_id=transaction_id)
         if payment.ap_notified_at is None:
             order = DepositOrder.objects.get(transaction_id=transaction_id)
             platform.rpc_once(

@@ -5,12 +5,35 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from anchor.transitions import StatusMachine
 
-class DepositRelease(models.Model):
+
+class DepositRelease(StatusMachine, models.Model):
     """One USDC release per AP deposit: the transfer-after-commit outbox (DESIGN.md §4).
 
     The row, its signed envelope and its hash are committed before anything is sent,
-    so a payment can never exist on chain without its hash stored here."""
+    so a payment can never exist on chain without its hash stored here.
+
+    ``status`` changes only through ``DepositRelease.transition`` (anchor/transitions.py),
+    along ``TRANSITIONS``; what moves each edge (anchor/releases.py unless named):
+
+    - ``submitting -> submitting``, ``failed -> submitting``: ``_rebuild`` (the stored
+      envelope is provably dead, or the trustline a failed payment lacked is set).
+    - ``submitting | failed -> submitted``: ``_mark_submitted`` (Horizon applied our
+      envelope, or a re-drive found its hash on chain).
+    - ``submitting | failed -> failed``: core refused the envelope and the rule could
+      not prove it dead, or it landed failing ``op_no_trust`` (``failure_code``).
+    - ``submitted -> completed``: AP accepted ``notify_onchain_funds_sent``.
+    - ``submitting | submitted | failed -> manual_review``: attempts exhausted, a fate
+      unknown past max_time, included but failed, AP refused the notify.
+    - ``manual_review -> submitting``: an operator's re-drive
+      (``release_prepare_redrive``, anchor/operations.py).
+    - ``completed``: final.
+
+    Claims insert the row as ``submitting`` (or ``manual_review`` with the reason when
+    it can never be paid); ``failure_code`` says why a row is ``failed`` in a form code
+    may branch on (``last_error`` is for people only) and is cleared by every other
+    transition."""
 
     class Status(models.TextChoices):
         SUBMITTING = "submitting"
@@ -19,7 +42,21 @@ class DepositRelease(models.Model):
         COMPLETED = "completed"
         MANUAL_REVIEW = "manual_review"
 
+    class FailureCode(models.TextChoices):
+        NONE = "", "none"
+        NO_TRUST = "op_no_trust", "destination has no trustline"
+
     OPEN_STATUSES = (Status.SUBMITTING, Status.SUBMITTED, Status.FAILED)
+    TRANSITIONS = {
+        Status.SUBMITTING: frozenset({Status.SUBMITTING, Status.SUBMITTED, Status.FAILED,
+                                      Status.MANUAL_REVIEW}),
+        Status.FAILED: frozenset({Status.SUBMITTING, Status.SUBMITTED, Status.FAILED,
+                                  Status.MANUAL_REVIEW}),
+        Status.SUBMITTED: frozenset({Status.COMPLETED, Status.MANUAL_REVIEW}),
+        Status.MANUAL_REVIEW: frozenset({Status.SUBMITTING}),
+        Status.COMPLETED: frozenset(),
+    }
+    RESET_ON_TRANSITION = {"failure_code": FailureCode.NONE}
 
     transaction_id = models.CharField(max_length=64, unique=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.SUBMITTING)
@@ -38,6 +75,8 @@ class DepositRelease(models.Model):
     tx_hash = models.CharField(max_length=64, unique=True, null=True, blank=True)
     max_time = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
+    failure_code = models.CharField(max_length=20, choices=FailureCode.choices, blank=True,
+                                    default=FailureCode.NONE)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -56,25 +95,79 @@ class DepositRelease(models.Model):
         return f"release {self.transaction_id} {self.status}"
 
 
+class DepositPaymentQuerySet(models.QuerySet):
+    def live(self):
+        """Rows that still count: unconfirmed or confirmed, never rejected."""
+        return self.exclude(confirmation=DepositPayment.Confirmation.REJECTED)
+
+
 class DepositPayment(models.Model):
     """Corridor's own record of captured INR: the only thing that makes a deposit
-    releasable (DESIGN.md §4). One per Razorpay payment and one per AP transaction."""
+    releasable (DESIGN.md §4). One live row per Razorpay payment and one per AP
+    transaction (``rejected`` rows are kept for the operators and do not count).
 
-    payment_id = models.CharField(max_length=40, unique=True)
+    A webhook or the order reconciler writes the row ``unconfirmed`` with what it was
+    told; it becomes releasable only once Corridor itself fetched the payment from
+    Razorpay (``GET /v1/payments/{id}``) and found it ``captured`` on this order with
+    the order's paise and currency (``confirmed``, ``confirmed_at``). A payment that
+    Razorpay contradicts is ``rejected`` with the reason in ``confirmation_error``,
+    which also holds the last reason a confirmation could not be made yet (provider
+    unreachable) while the row stays ``unconfirmed``."""
+
+    class Confirmation(models.TextChoices):
+        UNCONFIRMED = "unconfirmed"
+        CONFIRMED = "confirmed"
+        REJECTED = "rejected"
+
+    payment_id = models.CharField(max_length=40)
     order_id = models.CharField(max_length=40)
-    transaction_id = models.CharField(max_length=64, unique=True)
+    transaction_id = models.CharField(max_length=64)
     amount_paise = models.BigIntegerField()
     currency = models.CharField(max_length=3)
     method = models.CharField(max_length=20, blank=True, default="")
     captured_at = models.DateTimeField()
+    confirmation = models.CharField(max_length=12, choices=Confirmation.choices,
+                                    default=Confirmation.UNCONFIRMED)
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+    confirmation_error = models.TextField(blank=True, default="")
     ap_notified_at = models.DateTimeField(null=True, blank=True)
+    # The AP notify sweeper's state (anchor/reconciler.py sweep_unnotified): attempts it
+    # made, when it tries next, AP's last refusal, and when it raised the payment in
+    # the operators' queue (it keeps retrying after that).
+    notify_attempts = models.PositiveIntegerField(default=0)
+    notify_next_at = models.DateTimeField(null=True, blank=True)
+    notify_error = models.TextField(blank=True, default="")
+    notify_review_at = models.DateTimeField(null=True, blank=True)
+    # When this deposit's release row was claimed (anchor/releases.py, in the claim's
+    # own transaction): a confirmed, notified payment without it is owed USDC.
+    release_claimed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = DepositPaymentQuerySet.as_manager()
 
     class Meta:
         db_table = "deposit_payments"
+        constraints = [
+            models.UniqueConstraint(fields=["payment_id"], name="deposit_payments_payment_live",
+                                    condition=~Q(confirmation="rejected")),
+            models.UniqueConstraint(fields=["transaction_id"],
+                                    name="deposit_payments_transaction_live",
+                                    condition=~Q(confirmation="rejected")),
+        ]
+        indexes = [
+            models.Index(fields=["created_at"], name="deposit_payments_unconf_idx",
+                         condition=Q(confirmation="unconfirmed")),
+            # The notify sweeper and the stranded count read only the confirmed
+            # payments AP was not told about: cost flat in the table's size.
+            models.Index(fields=["confirmed_at"], name="deposit_payments_unnot_idx",
+                         condition=Q(confirmation="confirmed", ap_notified_at__isnull=True)),
+            models.Index(fields=["ap_notified_at"], name="deposit_payments_unrel_idx",
+                         condition=Q(confirmation="confirmed", ap_notified_at__isnull=False,
+                                     release_claimed_at__isnull=True)),
+        ]
 
     def __str__(self) -> str:
-        return f"{self.payment_id} for {self.transaction_id}"
+        return f"{self.payment_id} for {self.transaction_id} ({self.confirmation})"
 
 
 class DepositOrder(models.Model):
@@ -113,7 +206,14 @@ class DepositOrder(models.Model):
 
 
 class InboundEvent(models.Model):
-    """Dedupe of at-least-once deliveries: (source, event_id) is unique."""
+    """Dedupe of at-least-once deliveries: (source, event_id) is unique.
+
+    ``outcome`` is what handling the event did; ``rejected`` marks a correctly signed
+    event that can never be stored or applied (anchor/callbacks.py ``event_reject``),
+    acknowledged so the sender stops retrying, with ``reason`` saying why; those rows
+    are in the operators' review queue (kind ``inbound``)."""
+
+    REJECTED = "rejected"
 
     class Source(models.TextChoices):
         AP = "ap"
@@ -125,11 +225,17 @@ class InboundEvent(models.Model):
     event_type = models.CharField(max_length=60, blank=True, default="")
     received_at = models.DateTimeField(auto_now_add=True)
     outcome = models.CharField(max_length=200, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
 
     class Meta:
         db_table = "inbound_events"
         constraints = [
             models.UniqueConstraint(fields=["source", "event_id"], name="inbound_events_unique")
+        ]
+        indexes = [
+            # The review queue reads the rejected few, not the whole dedupe table.
+            models.Index(fields=["received_at"], name="inbound_events_rejected_idx",
+                         condition=Q(outcome="rejected")),
         ]
 
 
@@ -214,3 +320,50 @@ class ApTransactionEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.transaction_id} {self.event} by {self.operator}"
+
+
+class InteractiveSubmission(models.Model):
+    """The intent of one interactive form submission (deposit or withdrawal), one row
+    per AP transaction: claimed in a short transaction *before* any outbound call, so
+    that of any number of simultaneous POSTs exactly one (the holder of the live
+    claim) talks to Razorpay and AP (anchor/submissions.py).
+
+    ``fence`` grows on every takeover (a claim whose lease lapsed: a dead or stalled
+    worker, or a released attempt); every write of a step's outcome checks it, so a
+    stalled holder can never store over its successor. ``step`` is the last step whose
+    intent was committed: ``claimed`` (nothing sent yet), ``order_requested`` (a
+    Razorpay order may exist: recovery looks it up by receipt before creating one),
+    ``order_stored`` / ``request_stored`` (our DepositOrder / WithdrawalRequest row
+    exists; only the AP call is left), ``done``. The deposit amounts are kept so the
+    sweeper can complete a deposit whose worker died; bank details never are."""
+
+    class Status(models.TextChoices):
+        IN_FLIGHT = "in_flight"
+        DONE = "done"
+
+    class Kind(models.TextChoices):
+        DEPOSIT = "deposit"
+        WITHDRAWAL = "withdrawal"
+
+    transaction_id = models.CharField(max_length=64, unique=True)
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.IN_FLIGHT)
+    step = models.CharField(max_length=20, default="claimed")
+    fence = models.BigIntegerField(default=1)
+    lease_until = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=1)
+    amount_in = models.DecimalField(max_digits=20, decimal_places=7)  # INR or USDC
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "interactive_submissions"
+        indexes = [
+            # The sweeper reads the in-flight few, not the table.
+            models.Index(fields=["lease_until"], name="interactive_subm_open_idx",
+                         condition=Q(status="in_flight")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} submission {self.transaction_id} {self.status}/{self.step}"

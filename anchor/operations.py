@@ -1,5 +1,6 @@
 """Operator actions on deposits (the Django admin's operator console, DESIGN.md §1
-"Operators"), and what every operator action shares.
+"Operators"). What every operator action shares (``OperationRefused``, ``Preview``,
+permission and note checks) is in ``common.console``.
 
 Each action is one keyword-only service that owns its transaction, its locks and its
 audit row (STYLE.md "one action, one transaction, one audit row"): the external reads
@@ -22,50 +23,21 @@ what the service does.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from django.db import transaction
 
 from anchor import platform, releases, stellar
 from anchor.models import DepositPayment, DepositRelease, ReleaseEvent
+from common.console import (
+    OperationRefused,
+    Preview,
+    clean_note,
+    operator_name,
+    require_permission,
+)
 
 log = logging.getLogger(__name__)
-
-
-class OperationRefused(Exception):
-    """The action may not run now (state, evidence or permission). Nothing was written
-    and nothing was sent."""
-
-
-@dataclass
-class Preview:
-    """What the confirmation page shows: ``will`` (what the action does to money and
-    state, in order), ``evidence`` (label -> value pairs the decision rests on) and
-    ``refusal`` (why the service would refuse right now, or "")."""
-
-    will: list[str] = field(default_factory=list)
-    evidence: list[tuple[str, Any]] = field(default_factory=list)
-    refusal: str = ""
-
-
-def require_permission(operator, perm: str) -> None:
-    """Services check the permission too (the admin already did): a service called from
-    elsewhere keeps the same rule. Raises OperationRefused."""
-    if operator is None or not operator.is_active or not operator.has_perm(perm):
-        raise OperationRefused(f"{getattr(operator, 'username', operator)} lacks {perm}")
-
-
-def clean_note(note: str) -> str:
-    """The operator's note is mandatory: it is why the audit row exists."""
-    note = (note or "").strip()
-    if len(note) < 3:
-        raise OperationRefused("a note saying why is required")
-    return note[:2000]
-
-
-def operator_name(operator) -> str:
-    return operator.get_username()
 
 
 # --- release: re-drive ------------------------------------------------------------
@@ -81,7 +53,8 @@ def _redrive_check(release_id: int) -> _RedriveCheck:
     """Everything that must hold before a re-drive, read outside any transaction.
     Sources: DESIGN.md §4 ("only Corridor's own record of a captured INR payment makes
     a deposit releasable"; step 3 "a new envelope only when the stored one is provably
-    dead"; "a C... destination needs a token transfer"), AP NOTES §1.6
+    dead", decided by ``anchor.envelopes``, the rule every outbox uses: ``unknown`` is
+    refused like ``live``; "a C... destination needs a token transfer"), AP NOTES §1.6
     (``notify_onchain_funds_sent`` only from ``pending_anchor`` with funds received)."""
     release = DepositRelease.objects.filter(pk=release_id).first()
     if release is None:
@@ -93,8 +66,11 @@ def _redrive_check(release_id: int) -> _RedriveCheck:
     if release.destination.startswith("C"):
         raise OperationRefused("the destination is a contract (C...): it needs a token "
                                "transfer, which is not built")
-    if not DepositPayment.objects.filter(transaction_id=release.transaction_id).exists():
-        raise OperationRefused("Corridor holds no captured payment for this deposit")
+    if not DepositPayment.objects.filter(
+            transaction_id=release.transaction_id,
+            confirmation=DepositPayment.Confirmation.CONFIRMED).exists():
+        raise OperationRefused("Corridor holds no captured payment for this deposit that "
+                               "Razorpay confirmed")
     try:
         chain = releases.release_chain_check(release)
     except stellar.HorizonUnavailable as exc:
@@ -162,6 +138,7 @@ def release_redrive(*, release_id: int, operator, note: str) -> DepositRelease:
             ReleaseEvent.objects.create(
                 release=release, event="release.redrive", operator=operator_name(operator),
                 note=note, detail={"chain": check.chain.state, "evidence": check.chain.reason,
+                                   "proof": check.chain.detail,
                                    "old_hash": old_hash, "new_hash": release.tx_hash,
                                    "attempt": release.attempts, "ap_status": check.ap_status})
     except releases.ReleaseRefused as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import razorpay
@@ -17,6 +18,13 @@ from django.conf import settings
 
 class RazorpayError(Exception):
     """Razorpay answered an error or could not be reached."""
+
+
+class PaymentNotFound(RazorpayError):
+    """Razorpay holds no such payment for our key: a 400 or 404 to ``GET
+    /v1/payments/{id}`` (Razorpay answers 400 BAD_REQUEST_ERROR "The id provided does
+    not exist"; a GET by id has no body that could be invalid, so any 400/404 means
+    the id is not ours). A definite answer, unlike a 5xx, 401 or timeout."""
 
 
 def rupees_to_paise(amount: Decimal) -> int:
@@ -64,6 +72,17 @@ def create_order(*, amount_paise: int, currency: str, receipt: str,
         raise RazorpayError(f"create_order: {type(exc).__name__}: {exc}") from exc
 
 
+def orders_by_receipt(receipt: str) -> list[dict[str, Any]]:
+    """``GET /v1/orders?receipt=``: the orders whose receipt is ``receipt`` (Razorpay
+    docs api/orders/fetch-all, query parameter ``receipt``), newest first."""
+    try:
+        with _client() as client:
+            return _json(client.get("/v1/orders", params={"receipt": receipt[:40],
+                                                          "count": 100})).get("items", [])
+    except httpx.HTTPError as exc:
+        raise RazorpayError(f"orders_by_receipt: {type(exc).__name__}: {exc}") from exc
+
+
 def order_payments(order_id: str) -> list[dict[str, Any]]:
     """``GET /v1/orders/{id}/payments``: the payment entities of one order."""
     try:
@@ -71,6 +90,28 @@ def order_payments(order_id: str) -> list[dict[str, Any]]:
             return _json(client.get(f"/v1/orders/{order_id}/payments")).get("items", [])
     except httpx.HTTPError as exc:
         raise RazorpayError(f"order_payments: {type(exc).__name__}: {exc}") from exc
+
+
+def fetch_payment(payment_id: str) -> dict[str, Any]:
+    """``GET /v1/payments/{id}``: the payment entity as Razorpay holds it now (amount in
+    paise, ``status`` created | authorized | captured | refunded | failed, ``order_id``,
+    ``currency``; razorpay/NOTES.md §1.3, §1.6: the server-side fetch is what makes a
+    webhook's claim true). Raises PaymentNotFound (definite: no such payment) or
+    RazorpayError (5xx, 401, 429, timeout: ask again later)."""
+    try:
+        with _client() as client:
+            response = client.get(f"/v1/payments/{quote(payment_id, safe='')}")
+    except httpx.HTTPError as exc:
+        raise RazorpayError(f"fetch_payment: {type(exc).__name__}: {exc}") from exc
+    if response.status_code in (400, 404):
+        raise PaymentNotFound(f"Razorpay {response.status_code}: {response.text[:300]}")
+    try:
+        entity = _json(response)
+    except ValueError as exc:
+        raise RazorpayError(f"fetch_payment: not JSON: {response.text[:100]!r}") from exc
+    if not isinstance(entity, dict):
+        raise RazorpayError("fetch_payment: the answer is not a payment entity")
+    return entity
 
 
 def checkout_url(*, order_id: str, callback_url: str) -> str:
@@ -81,11 +122,29 @@ def checkout_url(*, order_id: str, callback_url: str) -> str:
     return str(httpx.URL(f"{base}/{order_id}", params={"callback_url": callback_url}))
 
 
+def verify_checkout_signature(*, order_id: str, payment_id: str, signature: str) -> bool:
+    """True when ``signature`` is Checkout's success signature (NOTES §1.6): hex
+    HMAC-SHA256 under the API key secret of ``order_id|payment_id``, where ``order_id``
+    must be the one stored on our server, never the one the browser sent. The callback
+    is only a hint: it never records a payment (only the webhook or the order
+    reconciler does), it only keeps the pages from offering to pay again."""
+    if not (order_id and payment_id and signature) or not signature.isascii():
+        return False  # hmac.compare_digest raises TypeError on non-ASCII str
+    utility = razorpay.Client(auth=(settings.RAZORPAY_KEY_ID, settings.RAZORPAY_KEY_SECRET)
+                              ).utility
+    try:
+        return utility.verify_payment_signature({"razorpay_order_id": order_id,
+                                                 "razorpay_payment_id": payment_id,
+                                                 "razorpay_signature": signature}) is not False
+    except razorpay.errors.SignatureVerificationError:
+        return False
+
+
 def verify_webhook(body: bytes, signature: str) -> bool:
     """True when ``signature`` is the hex HMAC-SHA256 of the exact ``body`` bytes under
     the current webhook secret (or the previous one during a rotation, NOTES §1.5)."""
-    if not signature:
-        return False
+    if not signature or not signature.isascii():
+        return False  # hmac.compare_digest raises TypeError on non-ASCII str
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:

@@ -5,7 +5,12 @@ beat"). Each pass is idempotent and safe to run concurrently with the workers.
   (chain check first). Cost grows with the stuck rows (partial index), not the table.
 - ``sweep_ap_deposits``: AP deposits in ``pending_anchor`` without a release (events
   can be lost) and in ``pending_trust`` whose trustline now exists.
-- ``reconcile_orders``: open Razorpay orders whose payment webhook never came.
+- ``reconcile_orders``: open Razorpay orders whose payment webhook never came, and
+  recorded payments not yet confirmed with Razorpay (its API was down, or the task
+  gave up): confirmed now, then AP is told and the release starts.
+- ``sweep_unnotified``: confirmed payments AP was never told about (the task died on
+  a -32603, AP was down past its retries, the broker lost it): re-notified, with
+  backoff and without end, and raised in the review queue after AP_NOTIFY_REVIEW_S.
 - ``expire_abandoned``: ``notify_transaction_expired`` for deposits nobody paid within
   DEPOSIT_EXPIRY_S (AP expires nothing itself, NOTES §4.4 item 6).
 """
@@ -16,9 +21,10 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
-from anchor import deposits, platform, releases, stellar
+from anchor import callbacks, deposits, platform, releases, stellar
 from anchor import razorpay as rzp
 from anchor.models import DepositOrder, DepositPayment, DepositRelease
 
@@ -47,7 +53,7 @@ def sweep_ap_deposits() -> dict[str, int]:
         transaction_id = tx["id"]
         if DepositRelease.objects.filter(transaction_id=transaction_id).exists():
             continue
-        if not DepositPayment.objects.filter(transaction_id=transaction_id).exists():
+        if not DepositPayment.objects.live().filter(transaction_id=transaction_id).exists():
             counts["skipped"] += 1  # AP's status alone never releases anything
             continue
         try:
@@ -57,8 +63,8 @@ def sweep_ap_deposits() -> dict[str, int]:
                 counts["trust_set"] += 1
             if releases.release_start(transaction_id=transaction_id) is not None:
                 counts["started"] += 1
-        except (releases.ReleaseRefused, platform.PlatformError, platform.RpcError,
-                stellar.HorizonUnavailable, stellar.NoChannelFree) as exc:
+        except (releases.ReleaseRefused, deposits.PaymentUnconfirmed, platform.PlatformError,
+                platform.RpcError, stellar.HorizonUnavailable, stellar.NoChannelFree) as exc:
             log.warning("sweep: %s not started: %s", transaction_id, exc)
     return counts
 
@@ -68,19 +74,29 @@ def _trust_ready(tx: dict) -> bool:
     (``notify_trust_set``, AP 4.2+: always to pending_anchor, NOTES §1.5)."""
     destination = tx.get("destination_account") or ""
     if stellar.has_trustline(destination, stellar.usdc()):
-        platform.rpc_once("notify_trust_set", {"transaction_id": tx["id"], "success": True},
-                          reached=lambda t: t["status"] == "pending_anchor")
+        releases.notify_trust_set(tx["id"])
         return True
     return False
 
 
 def reconcile_orders() -> dict[str, int]:
-    """Ask Razorpay about open orders older than ORDER_RECONCILER_AGE_S."""
+    """Confirm the payments recorded (by a webhook or here) more than
+    ORDER_RECONCILER_AGE_S ago that are still unconfirmed, and drive each confirmed
+    one on (AP notify, release); then ask Razorpay about open orders older than
+    ORDER_RECONCILER_AGE_S and record their captured payments (a forged claim
+    rejected first frees its order for the real payment in the same pass). Returns
+    counts by outcome: confirmed | rejected | unconfirmed, plus ``payment_record``'s."""
     cutoff = timezone.now() - timedelta(seconds=settings.ORDER_RECONCILER_AGE_S)
     counts: dict[str, int] = {}
     open_orders = DepositOrder.objects.filter(
         status=DepositOrder.Status.AWAITING_PAYMENT, created_at__lt=cutoff
     ).order_by("created_at")[:BATCH]
+    unconfirmed = DepositPayment.objects.filter(
+        confirmation=DepositPayment.Confirmation.UNCONFIRMED, created_at__lt=cutoff
+    ).order_by("created_at").values_list("transaction_id", flat=True)[:BATCH]
+    for transaction_id in list(unconfirmed):
+        outcome = _confirm_and_drive(transaction_id)
+        counts[outcome] = counts.get(outcome, 0) + 1
     for order in open_orders:
         try:
             payments = rzp.order_payments(order.order_id)
@@ -89,9 +105,124 @@ def reconcile_orders() -> dict[str, int]:
             continue
         for payment in payments:
             if payment.get("status") == "captured":
+                try:
+                    callbacks.check_payment(payment)
+                except callbacks.MalformedEvent as exc:
+                    # Never stored (a column would refuse it): the operators see it in
+                    # the log; the order stays open for a payment that fits.
+                    log.error("order reconciler: %s: payment not storable: %s",
+                              order.order_id, exc)
+                    counts["malformed"] = counts.get("malformed", 0) + 1
+                    continue
                 outcome = deposits.payment_record(payment=payment)
                 counts[outcome] = counts.get(outcome, 0) + 1
     return counts
+
+
+def _confirm_and_drive(transaction_id: str) -> str:
+    try:
+        deposits.payment_confirm(transaction_id=transaction_id)
+    except deposits.PaymentRejected:
+        return "rejected"
+    except deposits.PaymentUnconfirmed:
+        return "unconfirmed"
+    try:
+        deposits.funds_received(transaction_id=transaction_id)
+    except (releases.ReleaseRefused, deposits.PaymentRejected, deposits.PaymentUnconfirmed,
+            platform.PlatformError, platform.RpcError, stellar.HorizonUnavailable,
+            stellar.NoChannelFree) as exc:
+        log.warning("order reconciler: %s confirmed, not released yet: %s",
+                    transaction_id, exc)
+    return "confirmed"
+
+
+def unnotified_payments():
+    """Confirmed payments (captured INR Corridor itself confirmed with Razorpay) for
+    which ``notify_offchain_funds_received`` never succeeded: the query of the notify
+    sweeper and of ``corridor.stranded``, served by ``deposit_payments_unnot_idx``."""
+    return DepositPayment.objects.filter(confirmation=DepositPayment.Confirmation.CONFIRMED,
+                                         ap_notified_at__isnull=True)
+
+
+def notify_backoff_s(attempts: int) -> float:
+    """Seconds before the sweeper's next try after ``attempts`` failed ones: doubling
+    from AP_NOTIFY_SWEEP_AGE_S, capped at AP_NOTIFY_BACKOFF_MAX_S (never infinite)."""
+    base = max(settings.AP_NOTIFY_SWEEP_AGE_S, 0.1)
+    return min(base * 2 ** max(attempts - 1, 0), settings.AP_NOTIFY_BACKOFF_MAX_S)
+
+
+def sweep_unnotified() -> dict[str, int]:
+    """Re-drive every confirmed payment AP was not told about for AP_NOTIFY_SWEEP_AGE_S
+    (``deposits.funds_received``: AP pending_user_transfer_start -> pending_anchor, then
+    the release as usual; a repeat is harmless, ``rpc_once``). Nothing gives up: a
+    refusal (-32603, AP down, ...) is stored in ``notify_error`` and the payment is
+    tried again after ``notify_backoff_s``; once it was confirmed AP_NOTIFY_REVIEW_S
+    ago and AP still refuses, ``notify_review_at`` puts it in the operators' queue
+    (kind ``notify``) while the retries go on. Returns counts: notified | refused |
+    raised (raised to the queue this pass). Off with STRANDED_SWEEPERS=False."""
+    counts = {"notified": 0, "refused": 0, "raised": 0}
+    if not settings.STRANDED_SWEEPERS:
+        return counts
+    now = timezone.now()
+    due = (unnotified_payments()
+           .filter(confirmed_at__lt=now - timedelta(seconds=settings.AP_NOTIFY_SWEEP_AGE_S))
+           .filter(Q(notify_next_at__isnull=True) | Q(notify_next_at__lte=now))
+           .order_by("confirmed_at").values_list("pk", "transaction_id")[:BATCH])
+    for pk, transaction_id in list(due):
+        try:
+            deposits.funds_received(transaction_id=transaction_id)
+        except (releases.ReleaseRefused, stellar.HorizonUnavailable,
+                stellar.NoChannelFree) as exc:
+            # AP was told (ap_notified_at is set): the release's own sweeps own it now.
+            log.warning("notify sweep: %s notified, release not started: %s",
+                        transaction_id, exc)
+        except (deposits.PaymentRejected, deposits.PaymentUnconfirmed, platform.PlatformError,
+                platform.RpcError) as exc:
+            counts["refused"] += 1
+            counts["raised"] += _notify_refused(pk, transaction_id, exc)
+            continue
+        counts["notified"] += 1
+    return counts
+
+
+# AP statuses from which ``notify_offchain_funds_received`` can never succeed.
+AP_FINAL_STATUSES = frozenset({"expired", "error", "refunded", "completed", "no_market",
+                               "too_small", "too_large"})
+
+
+def _notify_refused(pk: int, transaction_id: str, exc: Exception) -> int:
+    """Store AP's refusal and the next try; raise to the queue once overdue. Returns 1
+    when this call raised it."""
+    from django.db.models import F
+
+    now = timezone.now()
+    payment = DepositPayment.objects.get(pk=pk)
+    attempts = payment.notify_attempts + 1
+    error = f"{type(exc).__name__}: {exc}"[:2000]
+    DepositPayment.objects.filter(pk=pk).update(
+        notify_attempts=F("notify_attempts") + 1, notify_error=error,
+        notify_next_at=now + timedelta(seconds=notify_backoff_s(attempts)))
+    overdue = payment.confirmed_at is not None and \
+        now - payment.confirmed_at > timedelta(seconds=settings.AP_NOTIFY_REVIEW_S)
+    if not overdue and isinstance(exc, platform.RpcError):
+        # AP refuses for good in a final status (INR captured after the deposit expired,
+        # NOTES §1.6): no retry will move it, a person refunds the INR -- raised now.
+        try:
+            overdue = (platform.get_transaction(transaction_id) or {}).get("status") \
+                in AP_FINAL_STATUSES
+        except platform.PlatformError:
+            pass
+    raised = 0
+    if overdue:
+        raised = DepositPayment.objects.filter(pk=pk, notify_review_at__isnull=True,
+                                               ap_notified_at__isnull=True
+                                               ).update(notify_review_at=now)
+        if raised:
+            log.error("notify sweep: %s: AP refused notify_offchain_funds_received for "
+                      "%ss or for good, raised to the review queue (still retrying): %s",
+                      transaction_id, settings.AP_NOTIFY_REVIEW_S, error)
+    log.warning("notify sweep: %s: attempt %s refused: %s", transaction_id, attempts, error)
+    return raised
 
 
 def expire_abandoned() -> int:

@@ -5,7 +5,10 @@
    ``max_time``. Commit.
 2. on a re-drive only: look the stored hash up on Horizon.
 3. submit the stored envelope; a timeout or 5xx re-posts the same envelope later; a
-   new envelope only once the stored one is provably dead (horizon/NOTES.md §2.6).
+   new envelope only once the stored one is provably dead (``anchor.envelopes``, the
+   one rule every Stellar outbox uses; horizon/NOTES.md §2.6). An envelope whose fate
+   Horizon cannot prove yet (``unknown``) is waited for, never rebuilt; past
+   ENVELOPE_UNKNOWN_REVIEW_S after its max_time it goes to ``manual_review``.
 4. mark ``submitted``. Commit.
 5. ``notify_onchain_funds_sent`` with the hash; -32600 -> re-read (done only if
    ``completed`` with our hash); -32603 -> retry the notify later, never the payment.
@@ -21,17 +24,19 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
-from anchor import platform, stellar
-from anchor.crashpoints import crash_point
-from anchor.locks import try_session_lock
+from anchor import deposits, envelopes, platform, stellar
 from anchor.models import DepositOrder, DepositPayment, DepositRelease
+from common.crashpoints import crash_point
+from common.locks import try_session_lock
 
 log = logging.getLogger(__name__)
 Status = DepositRelease.Status
@@ -51,16 +56,21 @@ class ReleaseRefused(Exception):
 
 def release_start(*, transaction_id: str) -> DepositRelease | None:
     """Release the USDC of deposit ``transaction_id`` if, and only if, Corridor holds
-    a captured payment for it and AP (re-read now) shows it ``pending_anchor``.
+    a captured payment for it that Corridor itself confirmed with Razorpay's API
+    (``deposits.payment_confirm``: fetched, ``captured``, same order, paise and
+    currency) and AP (re-read now) shows it ``pending_anchor``. Every claim passes
+    here: the task after a webhook, the AP sweep, the order reconciler, ``manage.py
+    release_deposit``; a signed webhook alone never releases anything.
 
     Returns the release (new or existing), or None when the deposit is waiting for a
-    trustline. Raises ReleaseRefused, platform.PlatformError, stellar.HorizonUnavailable,
-    stellar.NoChannelFree (callers retry these later)."""
+    trustline. Raises ReleaseRefused (a rejected payment included),
+    deposits.PaymentUnconfirmed (Razorpay unreachable), platform.PlatformError,
+    stellar.HorizonUnavailable, stellar.NoChannelFree (callers retry these later)."""
     with bound_contextvars(transaction_id=transaction_id):
         existing = DepositRelease.objects.filter(transaction_id=transaction_id).first()
         if existing is not None:
             return existing
-        payment = DepositPayment.objects.filter(transaction_id=transaction_id).first()
+        payment = DepositPayment.objects.live().filter(transaction_id=transaction_id).first()
         if payment is None:
             raise ReleaseRefused(f"{transaction_id}: no captured payment recorded by Corridor")
         order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
@@ -72,6 +82,11 @@ def release_start(*, transaction_id: str) -> DepositRelease | None:
         if ap_tx["status"] != "pending_anchor":
             raise ReleaseRefused(f"{transaction_id}: AP status is {ap_tx['status']}")
         _check_ap_amount(ap_tx, order)
+        try:  # outside any transaction: the fetch holds no lock
+            deposits.payment_confirm(transaction_id=transaction_id)
+        except deposits.PaymentRejected as exc:
+            raise ReleaseRefused(f"{transaction_id}: payment not confirmed by Razorpay: {exc}"
+                                 ) from exc
 
         destination = ap_tx.get("destination_account") or ""
         memo_type = ap_tx.get("memo_type") or "none"
@@ -82,6 +97,15 @@ def release_start(*, transaction_id: str) -> DepositRelease | None:
                 "contract (C...) destination needs a token transfer; not built")
         trust = stellar.has_trustline(destination, stellar.usdc())
         if trust is None:
+            # A 404 from a Horizon node behind the account's creation proves nothing
+            # (the attacker's finding; the envelope rule's reasoning, DESIGN §4): the
+            # AP sweep asks again, and only a destination still missing
+            # DESTINATION_MISSING_REVIEW_S after the payment was confirmed is a
+            # person's to decide.
+            since = payment.confirmed_at or payment.created_at
+            if timezone.now() - since < timedelta(seconds=settings.DESTINATION_MISSING_REVIEW_S):
+                raise ReleaseRefused(f"{transaction_id}: destination {destination} not found "
+                                     "on Stellar yet; asked again by the AP sweep")
             return _claim_for_review(order, destination, memo_type, memo,
                                      "destination account does not exist on Stellar")
         if trust is False:
@@ -106,6 +130,15 @@ def _check_ap_amount(ap_tx: dict, order: DepositOrder) -> None:
         )
 
 
+def notify_trust_set(transaction_id: str) -> None:
+    """AP ``notify_trust_set`` (pending_trust -> pending_anchor; AP 4.2+ always goes to
+    pending_anchor, NOTES §1.5). The one place it is called: the AP sweep once Horizon
+    shows the trustline, a release after op_no_trust, and a release whose payment
+    landed while AP was sent to pending_trust behind it."""
+    platform.rpc_once("notify_trust_set", {"transaction_id": transaction_id, "success": True},
+                      reached=lambda tx: tx["status"] == "pending_anchor")
+
+
 def _request_trust(transaction_id: str) -> None:
     """AP ``request_trust`` (pending_anchor -> pending_trust); the sweep watches Horizon
     for the trustline and calls ``notify_trust_set``."""
@@ -125,24 +158,35 @@ def release_claim(*, order: DepositOrder, destination: str, memo_type: str,
             prepared = stellar.prepare_payment(
                 holder=order.transaction_id, destination=destination,
                 amount=order.amount_out, memo_type=memo_type, memo=memo)
-            return DepositRelease.objects.create(
+            release = DepositRelease.objects.create(
                 transaction_id=order.transaction_id, status=Status.SUBMITTING,
                 destination=destination, asset_code=settings.STELLAR_USDC_CODE,
                 asset_issuer=settings.STELLAR_USDC_ISSUER, amount=order.amount_out,
                 memo=memo, memo_type=memo_type, **prepared)
+            _mark_claimed(order.transaction_id)
+            return release
     except IntegrityError:
         return None
+
+
+def _mark_claimed(transaction_id: str) -> None:
+    """The payment now has its release (corridor/stranded.py reads this)."""
+    DepositPayment.objects.live().filter(
+        transaction_id=transaction_id, release_claimed_at__isnull=True
+    ).update(release_claimed_at=timezone.now())
 
 
 def _claim_for_review(order: DepositOrder, destination: str, memo_type: str, memo: str,
                       reason: str) -> DepositRelease:
     try:
         with transaction.atomic():
-            return DepositRelease.objects.create(
+            release = DepositRelease.objects.create(
                 transaction_id=order.transaction_id, status=Status.MANUAL_REVIEW,
                 destination=destination, asset_code=settings.STELLAR_USDC_CODE,
                 asset_issuer=settings.STELLAR_USDC_ISSUER, amount=order.amount_out,
                 memo=memo, memo_type=memo_type, last_error=reason)
+            _mark_claimed(order.transaction_id)
+            return release
     except IntegrityError:
         return DepositRelease.objects.get(transaction_id=order.transaction_id)
 
@@ -175,7 +219,8 @@ def _drive(release: DepositRelease, *, redrive: bool) -> DepositRelease:
         return release
     if release.status == Status.SUBMITTED:
         return _complete(release)
-    if release.status == Status.FAILED and release.last_error.startswith("op_no_trust"):
+    if release.status == Status.FAILED and \
+            release.failure_code == DepositRelease.FailureCode.NO_TRUST:
         return _after_no_trust(release)
 
     if redrive:
@@ -185,11 +230,13 @@ def _drive(release: DepositRelease, *, redrive: bool) -> DepositRelease:
             if release.status == Status.MANUAL_REVIEW:
                 return release
         else:
-            found = stellar.find_transaction(release.tx_hash)
-            if found is not None:
-                return _landed(release, found)
-            if _envelope_dead(release):
-                release = _rebuild(release, reason="stored envelope is dead")
+            fate = _fate(release)
+            if fate.state == envelopes.LANDED:
+                return _landed(release, fate.transaction)
+            if fate.state == envelopes.UNKNOWN:
+                return _undecided(release, fate)
+            if fate.state == envelopes.DEAD:
+                release = _rebuild(release, reason=f"stored envelope is dead: {fate.reason}")
                 if release.status == Status.MANUAL_REVIEW:
                     return release
 
@@ -202,13 +249,17 @@ def _drive(release: DepositRelease, *, redrive: bool) -> DepositRelease:
     if result.kind == "unknown":
         _note(release, f"submit outcome unknown: {result.detail}")
         return DepositRelease.objects.get(pk=release.pk)
-    # 400: included with a failed op, or refused by core before inclusion.
-    found = stellar.find_transaction(release.tx_hash)
-    if found is not None:
-        return _landed(release, found)
+    # 400: included with a failed op, or refused by core before inclusion (tx_bad_seq
+    # also comes back for an envelope that landed where this Horizon has not looked
+    # yet, stellar/go #2628): the rule decides, never the code alone.
     reason = f"{result.tx_code} {' '.join(result.op_codes)}".strip()
-    if result.tx_code in ("tx_bad_seq", "tx_too_late") and _envelope_dead(release):
-        release = _rebuild(release, reason=f"refused: {reason}")
+    fate = _fate(release)
+    if fate.state == envelopes.LANDED:
+        return _landed(release, fate.transaction)
+    if fate.state == envelopes.UNKNOWN:
+        return _undecided(release, fate, note=f"refused ({reason}); ")
+    if fate.state == envelopes.DEAD and result.tx_code in ("tx_bad_seq", "tx_too_late"):
+        release = _rebuild(release, reason=f"refused: {reason}; {fate.reason}")
         if release.status != Status.MANUAL_REVIEW and not redrive:
             return _drive(release, redrive=False)
         return release
@@ -225,7 +276,8 @@ def _landed(release: DepositRelease, found: dict) -> DepositRelease:
     codes = _op_codes(found)
     if "op_no_trust" in codes:
         with transaction.atomic():
-            _set_status(release, Status.FAILED, "op_no_trust: waiting for the trustline")
+            _set_status(release, Status.FAILED, "op_no_trust: waiting for the trustline",
+                        failure_code=DepositRelease.FailureCode.NO_TRUST)
             stellar.free_channel(address=release.source_account, holder=release.transaction_id)
         _request_trust(release.transaction_id)
         return DepositRelease.objects.get(pk=release.pk)
@@ -257,9 +309,26 @@ def _payment_code_name(code) -> str:
     return "op_success" if name == "success" else f"op_{name}"
 
 
-def _envelope_dead(release: DepositRelease) -> bool:
-    return stellar.envelope_dead(source_account=release.source_account,
-                                 sequence=release.sequence, max_time=release.max_time)
+def _fate(release: DepositRelease) -> envelopes.Fate:
+    """The release's stored envelope under the one rule (``anchor.envelopes``)."""
+    return envelopes.envelope_fate(tx_hash=release.tx_hash,
+                                   source_account=release.source_account,
+                                   sequence=release.sequence, max_time=release.max_time)
+
+
+def _undecided(release: DepositRelease, fate: envelopes.Fate, *,
+               note: str = "") -> DepositRelease:
+    """Horizon cannot prove the envelope landed, alive or dead: wait (the reconciler
+    asks again), never rebuild; once ``envelopes.unknown_overdue``, a person decides,
+    with the evidence."""
+    if envelopes.unknown_overdue(release.max_time):
+        _set_status(release, Status.MANUAL_REVIEW,
+                    f"{note}envelope fate unknown past max_time + "
+                    f"{settings.ENVELOPE_UNKNOWN_REVIEW_S:g}s: {fate.reason}; "
+                    f"evidence {fate.evidence}")
+    else:
+        _note(release, f"{note}envelope fate unknown, waiting: {fate.reason}")
+    return DepositRelease.objects.get(pk=release.pk)
 
 
 def _rebuild(release: DepositRelease, *, reason: str) -> DepositRelease:
@@ -267,40 +336,42 @@ def _rebuild(release: DepositRelease, *, reason: str) -> DepositRelease:
     After RELEASE_MAX_ATTEMPTS the release goes to manual_review instead."""
     with transaction.atomic():
         current = DepositRelease.objects.select_for_update().get(pk=release.pk)
-        if current.tx_hash != release.tx_hash or current.status not in DepositRelease.OPEN_STATUSES:
+        if current.tx_hash != release.tx_hash or current.status not in _REBUILDABLE:
             return current  # another worker already moved it on
         stellar.forget_sequence(address=current.source_account, holder=current.transaction_id)
         if current.attempts >= settings.RELEASE_MAX_ATTEMPTS:
-            current.status = Status.MANUAL_REVIEW
-            current.last_error = f"attempts exhausted ({current.attempts}); last: {reason}"
-            current.save(update_fields=["status", "last_error", "updated_at"])
+            DepositRelease.transition(
+                current.pk, current.status, Status.MANUAL_REVIEW, require=True,
+                last_error=f"attempts exhausted ({current.attempts}); last: {reason}"[:2000])
+            current.refresh_from_db()
             return current
-        _store_new_envelope(current)
-        current.status = Status.SUBMITTING
-        current.last_error = reason
-        current.save()
+        DepositRelease.transition(current.pk, current.status, Status.SUBMITTING, require=True,
+                                  last_error=reason[:2000], **_new_envelope(current))
+        current.refresh_from_db()
         log.info("release %s rebuilt (attempt %s): %s", current.transaction_id,
                  current.attempts, reason)
         return current
 
 
-def _store_new_envelope(current: DepositRelease) -> None:
-    """Give a locked release a new channel sequence and envelope (the old one is dead);
-    the caller saves it in the same transaction."""
+# A stored envelope is replaced only while nothing of it was accepted yet.
+_REBUILDABLE = (Status.SUBMITTING, Status.FAILED)
+
+
+def _new_envelope(current: DepositRelease) -> dict:
+    """The fields of a new channel sequence and envelope for a locked release (the old
+    one is dead) and one more attempt; the caller writes them with its transition in
+    the same transaction."""
     prepared = stellar.prepare_payment(
         holder=current.transaction_id, destination=current.destination,
         amount=current.amount, memo_type=current.memo_type, memo=current.memo, resync=True)
-    for name, value in prepared.items():
-        setattr(current, name, value)
-    current.attempts += 1
+    return {**prepared, "attempts": F("attempts") + 1}
 
 
 def _mark_submitted(release: DepositRelease) -> DepositRelease:
     """Step 4: ``submitted``, and the channel is free again. One commit."""
     with transaction.atomic():
-        DepositRelease.objects.filter(
-            pk=release.pk, tx_hash=release.tx_hash, status__in=DepositRelease.OPEN_STATUSES
-        ).update(status=Status.SUBMITTED, last_error="", updated_at=timezone.now())
+        DepositRelease.transition(release.pk, _REBUILDABLE, Status.SUBMITTED,
+                                  where=Q(tx_hash=release.tx_hash), last_error="")
         stellar.free_channel(address=release.source_account, holder=release.transaction_id)
     release.refresh_from_db()
     return release
@@ -314,11 +385,19 @@ def _complete(release: DepositRelease) -> DepositRelease:
         return tx.get("status") == "completed" and any(
             st.get("id") == tx_hash for st in tx.get("stellar_transactions") or [])
 
-    try:
+    def notify() -> None:
         platform.rpc_once("notify_onchain_funds_sent",
                           {"transaction_id": release.transaction_id,
                            "stellar_transaction_id": tx_hash},
                           reached=reached)
+
+    try:
+        try:
+            notify()
+        except platform.RpcError as exc:
+            if exc.code == platform.INTERNAL_ERROR or not _trust_detour_undone(release):
+                raise
+            notify()
     except platform.RpcError as exc:
         if exc.code == platform.INTERNAL_ERROR:
             # AP's ledger client may not see a fresh hash yet (AP PR #1962): retry the
@@ -329,10 +408,24 @@ def _complete(release: DepositRelease) -> DepositRelease:
                     f"AP refused notify_onchain_funds_sent: {exc.code} {exc.message}")
         return DepositRelease.objects.get(pk=release.pk)
     crash_point("after_notify")
-    DepositRelease.objects.filter(pk=release.pk, status=Status.SUBMITTED).update(
-        status=Status.COMPLETED, last_error="", updated_at=timezone.now())
+    DepositRelease.transition(release.pk, Status.SUBMITTED, Status.COMPLETED, last_error="")
     release.refresh_from_db()
     return release
+
+
+def _trust_detour_undone(release: DepositRelease) -> bool:
+    """AP refused ``notify_onchain_funds_sent`` for a payment that landed successfully:
+    if AP is in ``pending_trust``, a concurrent start of the same deposit read the
+    destination from a Horizon behind its trustline and called ``request_trust`` after
+    this release was claimed (found by ``make chaos``). The landed payment proves the
+    trustline, so ``notify_trust_set`` takes AP back to ``pending_anchor`` (AP 4.2+,
+    NOTES §1.5) and the notify can be sent. Returns whether it did."""
+    ap_tx = platform.get_transaction(release.transaction_id) or {}
+    if ap_tx.get("status") != "pending_trust":
+        return False
+    notify_trust_set(release.transaction_id)
+    log.info("release: AP was in pending_trust after our payment landed; trust set")
+    return True
 
 
 def _after_no_trust(release: DepositRelease) -> DepositRelease:
@@ -342,9 +435,7 @@ def _after_no_trust(release: DepositRelease) -> DepositRelease:
         return release
     ap_tx = platform.get_transaction(release.transaction_id) or {}
     if ap_tx.get("status") == "pending_trust":
-        platform.rpc_once("notify_trust_set", {"transaction_id": release.transaction_id,
-                                               "success": True},
-                          reached=lambda tx: tx["status"] == "pending_anchor")
+        notify_trust_set(release.transaction_id)
     with transaction.atomic():
         DepositRelease.objects.filter(pk=release.pk, status=Status.FAILED).update(
             last_error="trustline set")
@@ -355,10 +446,13 @@ def _after_no_trust(release: DepositRelease) -> DepositRelease:
     return _drive(release, redrive=False)
 
 
-def _set_status(release: DepositRelease, status: str, error: str) -> None:
-    DepositRelease.objects.filter(pk=release.pk).exclude(
-        status__in=[Status.COMPLETED]).update(status=status, last_error=error[:2000],
-                                              updated_at=timezone.now())
+def _set_status(release: DepositRelease, status: str, error: str, **fields) -> bool:
+    """Move an open release to ``status`` (failed or manual_review) from whichever open
+    status may reach it; a release that moved on meanwhile is left alone."""
+    sources = tuple(s for s in DepositRelease.OPEN_STATUSES
+                    if status in DepositRelease.TRANSITIONS[s])
+    return DepositRelease.transition(release.pk, sources, status, last_error=error[:2000],
+                                     **fields)
 
 
 def _note(release: DepositRelease, error: str) -> None:
@@ -373,11 +467,12 @@ def _note(release: DepositRelease, error: str) -> None:
 @dataclass(frozen=True)
 class ChainCheck:
     """Where a release's stored envelope stands on chain (DESIGN.md §4 step 3;
-    horizon/NOTES.md §2.6 rule 3). ``state``: ``none`` (no envelope was ever built),
-    ``landed`` (the stored hash is in a ledger, successful or not), ``dead`` (hash
-    absent and the envelope can never land: its channel's sequence moved past it, or
-    Horizon's latest ledger closed after its max_time), ``live`` (absent, may still
-    land). ``provably_off_chain`` is True for ``none`` and ``dead`` only."""
+    horizon/NOTES.md §2.6 rule 3; decided by ``anchor.envelopes``). ``state``: ``none``
+    (no envelope was ever built), ``landed`` (the stored hash is in a ledger, successful
+    or not), ``dead`` (provably never applicable: its sequence unused as of a ledger
+    that closed after its max_time, or used by another transaction), ``live`` (may
+    still land), ``unknown`` (Horizon cannot prove which yet). ``provably_off_chain``
+    is True for ``none`` and ``dead`` only; ``detail`` carries the evidence."""
 
     state: str
     reason: str
@@ -389,28 +484,14 @@ class ChainCheck:
 
 
 def release_chain_check(release: DepositRelease) -> ChainCheck:
-    """Look the release's envelope up on Horizon, deadness first and the hash second:
-    once dead an envelope can never land later, so "dead, then still absent" proves it
-    is not on chain (the other order could miss a payment that lands between the two
-    reads and consumes the sequence). Reads only. Raises stellar.HorizonUnavailable."""
+    """Where the release's envelope stands, by the one rule (``envelopes.envelope_fate``,
+    which reads the account first so a landing between its reads can never pass for
+    dead). Reads only. Raises stellar.HorizonUnavailable."""
     if not release.tx_hash:
         return ChainCheck("none", "no envelope was ever built for this release", {})
-    dead = _envelope_dead(release)
-    found = stellar.find_transaction(release.tx_hash)
-    detail = {"tx_hash": release.tx_hash, "sequence": release.sequence,
-              "source_account": release.source_account,
-              "max_time": release.max_time.isoformat() if release.max_time else None}
-    if found is not None:
-        detail.update(ledger=found.get("ledger"), successful=found.get("successful"),
-                      created_at=found.get("created_at"))
-        outcome = "successful" if found.get("successful") else "failed"
-        return ChainCheck("landed", f"{release.tx_hash} is on chain ({outcome}, ledger "
-                                    f"{found.get('ledger')})", detail)
-    if dead:
-        return ChainCheck("dead", f"{release.tx_hash} is not on chain and can never land "
-                                  "(its sequence was used or its time bounds passed)", detail)
-    return ChainCheck("live", f"{release.tx_hash} is not on chain yet but may still land "
-                              f"until {detail['max_time']}", detail)
+    fate = _fate(release)
+    state = {envelopes.ALIVE: "live"}.get(fate.state, fate.state)
+    return ChainCheck(state, fate.reason, fate.evidence)
 
 
 def release_prepare_redrive(*, release_id: int, expected_hash: str | None,
@@ -432,8 +513,7 @@ def release_prepare_redrive(*, release_id: int, expected_hash: str | None,
     if current.source_account:
         stellar.forget_sequence(address=current.source_account,
                                 holder=current.transaction_id)
-    _store_new_envelope(current)
-    current.status = Status.SUBMITTING
-    current.last_error = reason[:2000]
-    current.save()
+    DepositRelease.transition(current.pk, Status.MANUAL_REVIEW, Status.SUBMITTING,
+                              require=True, last_error=reason[:2000], **_new_envelope(current))
+    current.refresh_from_db()
     return current

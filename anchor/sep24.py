@@ -2,12 +2,14 @@
 
 The token is HS256 with AP's interactive secret (``secret.sep24.interactive_url.
 jwt_secret``), carries ``jti`` = the transaction id and ``exp`` (600 s by default), and
-can be replayed until then, so it only opens a session bound to that transaction."""
+can be replayed until then, so it only opens a session bound to that transaction, with
+the scope of the link it came from (below)."""
 
 from __future__ import annotations
 
 import jwt
 from django.conf import settings
+from django.core import checks
 
 SESSION_KEY = "sep24"
 
@@ -47,11 +49,67 @@ def _verify(token: str, transaction_id: str, secret: str) -> dict:
     return claims
 
 
-def open_session(request, claims: dict) -> None:
-    allowed = set(request.session.get(SESSION_KEY, {}).get("transactions", []))
-    allowed.add(claims["jti"])
-    request.session[SESSION_KEY] = {"transactions": sorted(allowed), "sub": claims.get("sub")}
+# What a verified token lets its session open, per transaction. The interactive URL
+# (the wallet starting the flow) opens the forms and the status page; AP's
+# more_info_url (the status link, which wallets show and users share) opens the status
+# page only, so whoever holds it cannot submit a form or set the payout account.
+SCOPE_INTERACTIVE = "interactive"
+SCOPE_MORE_INFO = "more_info"
+_RANK = {SCOPE_MORE_INFO: 1, SCOPE_INTERACTIVE: 2}
 
 
-def session_allows(request, transaction_id: str) -> bool:
-    return transaction_id in request.session.get(SESSION_KEY, {}).get("transactions", [])
+@checks.register(checks.Tags.security)
+def check_token_secrets(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """The two links are told apart only by their secrets (AP NOTES §2.3: a different
+    secret for each of AP's secrets): with one secret a status link would open the
+    forms."""
+    if settings.AP_INTERACTIVE_JWT_SECRET == settings.AP_MORE_INFO_JWT_SECRET:
+        return [checks.Error(
+            "AP_INTERACTIVE_JWT_SECRET and AP_MORE_INFO_JWT_SECRET are the same: a "
+            "more_info_url (status link) token would open the SEP-24 forms.",
+            hint="Give AP's secret.sep24.interactive_url.jwt_secret and "
+                 "secret.sep24.more_info_url.jwt_secret different values.",
+            id="anchor.E001")]
+    return []
+
+
+def open_session(request, claims: dict, scope: str) -> None:
+    """Remember in the session that ``claims["jti"]`` may be opened with ``scope``
+    (``SCOPE_INTERACTIVE`` or ``SCOPE_MORE_INFO``). A session keeps the widest scope it
+    was given for a transaction: opening the status link after the interactive URL does
+    not take the forms away. Session shape: ``{"scopes": {transaction_id: scope},
+    "sub": account, "checkout_paid": {transaction_id: order_id}}``."""
+    if scope not in _RANK:
+        raise ValueError(f"unknown SEP-24 scope {scope!r}")
+    data = dict(request.session.get(SESSION_KEY, {}))
+    scopes = dict(data.get("scopes", {}))
+    transaction_id = claims["jti"]
+    if _RANK.get(scopes.get(transaction_id), 0) < _RANK[scope]:
+        scopes[transaction_id] = scope
+    request.session[SESSION_KEY] = {**data, "scopes": scopes, "sub": claims.get("sub")}
+
+
+def session_scope(request, transaction_id: str) -> str | None:
+    """The scope this session holds for ``transaction_id``, or None."""
+    return request.session.get(SESSION_KEY, {}).get("scopes", {}).get(transaction_id)
+
+
+def session_allows(request, transaction_id: str, scope: str = SCOPE_INTERACTIVE) -> bool:
+    """True when the session may open ``transaction_id``'s pages that need ``scope``:
+    the forms need ``SCOPE_INTERACTIVE``, the status page ``SCOPE_MORE_INFO`` (which an
+    interactive session also has)."""
+    return _RANK.get(session_scope(request, transaction_id) or "", 0) >= _RANK[scope]
+
+
+def note_checkout_paid(request, transaction_id: str, order_id: str) -> None:
+    """Remember that this session came back from Razorpay Checkout with a valid success
+    signature for ``order_id`` (anchor.razorpay.verify_checkout_signature): its pages
+    stop offering to pay, although no payment is recorded until the webhook comes."""
+    data = dict(request.session.get(SESSION_KEY, {}))
+    data["checkout_paid"] = {**data.get("checkout_paid", {}), transaction_id: order_id}
+    request.session[SESSION_KEY] = data
+
+
+def checkout_paid(request, transaction_id: str) -> str | None:
+    """The order id this session paid at Checkout for ``transaction_id``, or None."""
+    return request.session.get(SESSION_KEY, {}).get("checkout_paid", {}).get(transaction_id)

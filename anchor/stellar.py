@@ -2,8 +2,8 @@
 
 All Horizon traffic goes through stellar-sdk's ``Server`` with a ``RequestsClient``
 whose automatic retries are off: stellar-sdk 16.x re-POSTs on 504 and timeouts by
-itself and can block for minutes (horizon/NOTES.md §1.1); Corridor's own rules in
-``anchor.releases`` decide every resubmission.
+itself and can block for minutes (horizon/NOTES.md §1.1); Corridor's own rule in
+``anchor.envelopes`` decides every resubmission and every rebuild.
 """
 
 from __future__ import annotations
@@ -123,16 +123,6 @@ def latest_ledger_close_time() -> datetime:
         raise HorizonUnavailable(str(exc)) from exc
     closed_at = root["history_latest_ledger_closed_at"].replace("Z", "+00:00")
     return datetime.fromisoformat(closed_at).astimezone(UTC)
-
-
-def envelope_dead(*, source_account: str, sequence: int, max_time: datetime) -> bool:
-    """Dead-envelope rule (horizon/NOTES.md §2.6 rule 3), for an envelope whose hash
-    the caller found absent: the source's sequence on Horizon moved to or past ours,
-    or Horizon's latest ledger closed after our ``max_time``. Such an envelope can
-    never land, so a new one may replace it. Raises HorizonUnavailable."""
-    if account_sequence(source_account) >= sequence:
-        return True
-    return latest_ledger_close_time() > max_time
 
 
 # --- submission ------------------------------------------------------------------

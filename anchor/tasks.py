@@ -7,19 +7,21 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from anchor import deposits, platform, reconciler, releases, stellar
+from anchor import deposits, platform, reconciler, releases, stellar, submissions
 
 log = logging.getLogger(__name__)
-RETRYABLE = (platform.PlatformError, stellar.HorizonUnavailable, stellar.NoChannelFree)
+RETRYABLE = (platform.PlatformError, stellar.HorizonUnavailable, stellar.NoChannelFree,
+             deposits.PaymentUnconfirmed)
 
 
 @shared_task(bind=True, max_retries=None)
 def deposit_funds_received(self, transaction_id: str) -> None:
-    """After a payment was recorded: tell AP, then release. Retries transport errors;
-    the sweep and the reconciler cover anything that still falls through."""
+    """After a payment was recorded: confirm it with Razorpay, tell AP, then release.
+    Retries transport errors (Razorpay unreachable included); the sweep and the order
+    reconciler cover anything that still falls through."""
     try:
         deposits.funds_received(transaction_id=transaction_id)
-    except releases.ReleaseRefused as exc:
+    except (releases.ReleaseRefused, deposits.PaymentRejected) as exc:
         log.info("release of %s not started: %s", transaction_id, exc)
     except RETRYABLE as exc:
         raise self.retry(exc=exc, countdown=settings.RELEASE_RETRY_DELAY_S,
@@ -54,5 +56,15 @@ def reconcile_orders() -> dict:
 
 
 @shared_task
+def sweep_unnotified() -> dict:
+    return reconciler.sweep_unnotified()
+
+
+@shared_task
 def expire_abandoned_deposits() -> int:
     return reconciler.expire_abandoned()
+
+
+@shared_task
+def sweep_submissions() -> dict:
+    return submissions.sweep_submissions()

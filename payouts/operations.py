@@ -1,5 +1,5 @@
 """Operator actions on withdrawals, and "expire any AP transaction" (the operator
-console, DESIGN.md §1 "Operators", §5). Shape and shared rules: anchor/operations.py
+console, DESIGN.md §1 "Operators", §5). Shape and shared rules: common/console.py
 (one keyword-only service per action, external reads first, one transaction with the
 change and its audit row, external writes after the commit, ``OperationRefused`` writes
 nothing; a ``*_preview`` beside each for the confirmation page).
@@ -20,6 +20,9 @@ Services, their permissions, and what they do to money and state:
   USDC received buys; AP ``notify_amounts_updated``.
 - ``withdrawal_refund_on_chain`` (``payouts.refund_withdrawal``): sends the USDC
   received back to its sender; AP ``notify_refund_sent``.
+- ``receipt_refund_on_chain`` (``payouts.refund_receipt``): sends the unconsumed part
+  of a USDC receipt (second payment, overpayment, unknown or shared memo) back to its
+  sender; AP is not told.
 - ``ap_transaction_expire`` (``anchor.expire_ap_transaction``): no money moves; AP
   ``notify_transaction_expired`` before any funds arrived.
 
@@ -38,20 +41,20 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from anchor import platform, stellar
 from anchor import razorpay as rzp
-from anchor.locks import try_session_lock
 from anchor.models import ApTransactionEvent, DepositOrder, DepositPayment
-from anchor.operations import (
+from common.console import (
     OperationRefused,
     Preview,
     clean_note,
     operator_name,
     require_permission,
 )
-from payouts import guard, receipts
+from payouts import guard, receipts, refunds
 from payouts.models import (
     PayoutAttempt,
     PayoutEvent,
@@ -227,9 +230,10 @@ def payout_confirm_paid(*, payout_id: int, utr: str, operator, note: str) -> Wit
         if current.status != check.payout.status:
             raise OperationRefused(f"payout changed since it was checked (now {current.status})")
         previous, previous_utr = current.status, current.reference
-        current.status, current.reference = P.COMPLETED, utr
-        current.last_error = f"confirmed paid by {operator_name(operator)}"
-        current.save(update_fields=["status", "reference", "last_error", "updated_at"])
+        WithdrawalPayout.transition(current.pk, previous, P.COMPLETED, require=True,
+                                    reference=utr,
+                                    last_error=f"confirmed paid by {operator_name(operator)}")
+        current.refresh_from_db()
         _event(transaction_id=current.transaction_id, payout=current,
                request=WithdrawalRequest.objects.filter(
                    transaction_id=current.transaction_id).first(),
@@ -292,9 +296,10 @@ def payout_mark_failed(*, payout_id: int, operator, note: str) -> WithdrawalPayo
             PayoutAttempt.objects.filter(payout=current, provider_payout_id=p.payout_id).update(
                 provider_status=p.status, updated_at=timezone.now())
         previous_error = current.last_error
-        current.status = P.FAILED
-        current.last_error = f"marked failed by {operator_name(operator)}: {note}"[:2000]
-        current.save(update_fields=["status", "last_error", "updated_at"])
+        WithdrawalPayout.transition(
+            current.pk, P.MANUAL_REVIEW, P.FAILED, require=True,
+            last_error=f"marked failed by {operator_name(operator)}: {note}"[:2000])
+        current.refresh_from_db()
         _event(transaction_id=current.transaction_id, payout=current,
                request=WithdrawalRequest.objects.filter(
                    transaction_id=current.transaction_id).first(),
@@ -394,8 +399,9 @@ def payout_new_attempt(*, payout_id: int, operator, note: str,
     key, status ``processing``, then the disbursement under that key
     (``guard.payout_disburse_current``). ``beneficiary``: corrected bank details,
     registered with the provider (contact + fund account) before the transaction.
-    ``created_at`` restarts, so the guard's review clocks (unknown outcome, settlement
-    window: DESIGN.md §5) count from this attempt, not from the first claim.
+    ``clock_started_at`` restarts, so the guard's review clocks (unknown outcome,
+    settlement window: DESIGN.md §5) count from this attempt, not from the first claim;
+    ``created_at`` (the first claim) never changes.
 
     Money: pays ``amount_paise`` INR once more; the previous key is dead at the
     provider, so at most one of the attempts pays (invariant 1). Raises
@@ -429,28 +435,27 @@ def payout_new_attempt(*, payout_id: int, operator, note: str,
                   "previous_provider_status": check.latest.provider_status,
                   "previous_error": current.last_error,
                   "attempt": attempt.number, "key": str(attempt.idempotency_key)}
+        fields = {}
         if registered is not None:
             contact_id, fund_account_id = registered
             detail.update(previous_fund_account=current.fund_account_id,
                           fund_account=fund_account_id, beneficiary=beneficiary.masked())
-            current.fund_account_id = fund_account_id
-            current.mode = "UPI" if beneficiary.kind == "vpa" else "IMPS"
+            fields = {"fund_account_id": fund_account_id,
+                      "mode": "UPI" if beneficiary.kind == "vpa" else "IMPS"}
             if request is not None:
                 WithdrawalRequest.objects.filter(pk=request.pk).update(
                     contact_id=contact_id, fund_account_id=fund_account_id,
                     beneficiary_type=beneficiary.kind,
                     beneficiary_display=beneficiary.masked(), updated_at=timezone.now())
-        detail["previous_created_at"] = current.created_at.isoformat()
-        current.attempts = attempt.number
-        current.status = P.PROCESSING
-        current.provider_payout_id = ""  # the new attempt's payout is recorded on its own
-        current.reference = ""
-        current.last_error = ""
+        detail["previous_clock_started_at"] = current.clock_started_at.isoformat()
         # The guard's clocks (PAYOUT_UNKNOWN_REVIEW_S, PAYOUT_SETTLEMENT_WINDOW_S) run from
-        # created_at; they restart with the attempt the provider now holds (the first
-        # claim's time stays on attempt 1's row and in this audit row).
-        current.created_at = timezone.now()
-        current.save()
+        # clock_started_at; they restart with the attempt the provider now holds.
+        WithdrawalPayout.transition(
+            current.pk, P.FAILED, P.PROCESSING, require=True,
+            where=Q(attempts=check.payout.attempts), attempts=attempt.number,
+            provider_payout_id="",  # the new attempt's payout is recorded on its own
+            reference="", last_error="", clock_started_at=timezone.now(), **fields)
+        current.refresh_from_db()
         _event(transaction_id=transaction_id, payout=current, request=request,
                event="payout.new_attempt", operator=operator, note=note, detail=detail)
     log.info("payout %s: attempt %s minted by %s", transaction_id, attempt.number,
@@ -664,7 +669,13 @@ def _refund_check(request_id: int) -> _RefundCheck:
         raise OperationRefused(f"AP shows the withdrawal {ap_tx.get('status')}; AP records a "
                                "refund only from pending_anchor (funds received) or "
                                "pending_external")
-    amount = sum((r.amount for r in usdc), Decimal(0))
+    # What an operator already sent back of one of these receipts on its own (the
+    # unconsumed part of an overpayment) is not sent again.
+    sent_back = sum((f.amount for f in WithdrawalRefund.objects.filter(receipt__in=usdc)),
+                    Decimal(0))
+    amount = sum((r.amount for r in usdc), Decimal(0)) - sent_back
+    if amount <= 0:
+        raise OperationRefused("every USDC under this memo was sent back already")
     return _RefundCheck(request, payout, usdc, amount, senders.pop(), ap_tx, provider)
 
 
@@ -711,7 +722,8 @@ def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> Withd
     account, and record it in AP (``notify_refund_sent``, refund id = the Stellar hash,
     fee 0; AP NOTES §1.5). An outbox like the deposit release (DESIGN.md §4): one
     commit stores the signed envelope, its hash and the audit row (``withdrawal_refunds``
-    unique per withdrawal), then the envelope is submitted and AP told.
+    unique per withdrawal), then the refund outbox (``payouts.refunds``) submits the
+    envelope and tells AP; its beat sweep finishes whatever this call leaves open.
 
     Idempotent per withdrawal: a repeat finds the stored refund and drives the same
     envelope (a new one only once the stored one is provably dead), never a second
@@ -733,7 +745,7 @@ def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> Withd
                    event="withdrawal.refund_resumed", operator=operator, note=note,
                    detail={"status": existing.status, "tx_hash": existing.tx_hash,
                            "last_error": existing.last_error})
-        return _refund_drive(existing.pk, resumed=True)
+        return refunds.refund_drive(refund_id=existing.pk, resumed=True)
     check = _refund_check(request_id)
     if check.ap_tx["status"] == "pending_external":
         try:
@@ -742,7 +754,7 @@ def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> Withd
                               reached=lambda tx: tx["status"] == "pending_anchor")
         except (platform.RpcError, platform.PlatformError) as exc:
             raise OperationRefused(f"AP refused notify_refund_pending: {exc}") from exc
-    holder = _holder(request.transaction_id)
+    holder = refunds.holder(request.transaction_id)
     memo_type = check.ap_tx.get("refund_memo_type") or "none"
     memo = check.ap_tx.get("refund_memo") or ""
     try:
@@ -754,6 +766,17 @@ def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> Withd
                     payout is not None and payout.status != P.FAILED) or (
                     (payout is None) != (check.payout is None)):
                 raise OperationRefused("the withdrawal changed since it was checked")
+            # The receipts it sends back: locked, none refunded on its own meanwhile,
+            # then settled with this refund (they leave the receipt queue).
+            locked = list(StellarReceipt.objects.select_for_update().filter(
+                pk__in=[r.pk for r in check.receipts]).order_by("pk"))
+            sent_back = sum((f.amount for f in WithdrawalRefund.objects.filter(
+                receipt__in=locked)), Decimal(0))
+            if sum((r.amount for r in locked), Decimal(0)) - sent_back != check.amount:
+                raise OperationRefused("a receipt of this withdrawal was refunded on its own "
+                                       "since it was checked")
+            StellarReceipt.objects.filter(pk__in=[r.pk for r in locked]).update(
+                settled_at=timezone.now(), transaction_id=current.transaction_id)
             prepared = stellar.prepare_payment(
                 holder=holder, destination=check.destination, amount=check.amount,
                 memo_type=memo_type, memo=memo)
@@ -773,132 +796,133 @@ def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> Withd
         raise OperationRefused(f"no refund envelope could be built now: {exc}") from exc
     log.info("withdrawal %s: refund %s stored by %s", request.transaction_id, refund.tx_hash,
              operator_name(operator))
-    return _refund_drive(refund.pk, resumed=False)
+    return refunds.refund_drive(refund_id=refund.pk, resumed=False)
 
 
-def _holder(transaction_id: str) -> str:
-    return f"refund:{transaction_id}"
+# --- an unconsumed USDC receipt: refund it on chain -------------------------------------
+
+def receipt_refund_key(receipt: StellarReceipt) -> str:
+    """The refund outbox's unique key (``withdrawal_refunds.transaction_id``) and the
+    audit rows' ``transaction_id`` for a receipt's own refund."""
+    return f"receipt:{receipt.pk}"
 
 
-def _refund_lock(refund_id: int):
-    """One drive of a refund at a time, across processes."""
-    return try_session_lock(f"withdrawal_refund:{refund_id}")
+def _receipt(receipt_id: int) -> StellarReceipt:
+    receipt = StellarReceipt.objects.filter(pk=receipt_id).first()
+    if receipt is None:
+        raise OperationRefused(f"receipt {receipt_id} does not exist")
+    return receipt
 
 
-def _refund_drive(refund_id: int, *, resumed: bool) -> WithdrawalRefund:
-    """Submit a stored refund and tell AP. ``resumed``: an earlier drive may have
-    submitted it, so the chain is read first (DESIGN.md §4 steps 2-3)."""
-    with _refund_lock(refund_id) as got:
-        refund = WithdrawalRefund.objects.get(pk=refund_id)
-        if not got:
-            return refund
-        try:
-            if refund.status == F.SUBMITTING:
-                refund = _refund_submit(refund, resumed=resumed)
-            if refund.status == F.SUBMITTED:
-                refund = _refund_notify(refund)
-        except (platform.PlatformError, stellar.HorizonUnavailable,
-                stellar.NoChannelFree) as exc:
-            _refund_note(refund, f"{type(exc).__name__}: {exc}")
-        return WithdrawalRefund.objects.get(pk=refund_id)
+def _receipt_refund_refusal(receipt: StellarReceipt) -> str:
+    """Why the unconsumed part of ``receipt`` may not go back now, or ""."""
+    if receipt.asset != _usdc():
+        return f"the receipt is {receipt.asset}, not USDC"
+    if receipt.settled_at is not None:
+        return "the receipt is accounted for already (consumed or refunded)"
+    if not receipt.review_reason:
+        return "the receipt is not in the review queue (a withdrawal may still consume it)"
+    if receipt.unconsumed <= 0:
+        return "nothing of this receipt is unconsumed"
+    # A withdrawal's refund settles every receipt it sent back (in its claim), so an
+    # unsettled receipt was never part of one.
+    return ""
 
 
-def _refund_dead(refund: WithdrawalRefund) -> bool:
-    return stellar.envelope_dead(source_account=refund.source_account,
-                                 sequence=refund.sequence, max_time=refund.max_time)
+def _receipt_evidence(receipt: StellarReceipt) -> list[tuple[str, object]]:
+    return [("reason", receipt.review_reason), ("tx hash", receipt.tx_hash),
+            ("from", receipt.from_account), ("amount", f"{receipt.amount} USDC"),
+            ("consumed", f"{receipt.consumed_amount} USDC"
+             + (f" by withdrawal {receipt.transaction_id}" if receipt.transaction_id else "")),
+            ("unconsumed", f"{receipt.unconsumed} USDC"),
+            ("memo", f"{receipt.memo_type} {receipt.memo}".strip()),
+            ("ledger time", receipt.created_at.isoformat())]
 
 
-def _refund_submit(refund: WithdrawalRefund, *, resumed: bool) -> WithdrawalRefund:
-    if resumed:
-        dead = _refund_dead(refund)  # deadness first, then the hash (see releases)
-        found = stellar.find_transaction(refund.tx_hash)
-        if found is not None:
-            return _refund_landed(refund, found)
-        if dead:
-            refund = _refund_rebuild(refund)
-    result = stellar.submit(refund.envelope_xdr)
-    if result.kind == "applied":
-        return _refund_landed(refund, {"successful": True})
-    if result.kind == "unknown":
-        _refund_note(refund, f"submit outcome unknown: {result.detail}")
-        return WithdrawalRefund.objects.get(pk=refund.pk)
-    found = stellar.find_transaction(refund.tx_hash)
-    if found is not None:
-        return _refund_landed(refund, found)
-    reason = f"{result.tx_code} {' '.join(result.op_codes)}".strip()
-    if result.tx_code in ("tx_bad_seq", "tx_too_late") and _refund_dead(refund):
-        _refund_rebuild(refund)  # the operator's next try submits the new envelope
-        _refund_note(refund, f"refused ({reason}); a new envelope was stored")
-    else:
-        _refund_set(refund, F.MANUAL_REVIEW, f"refused: {reason}")
-    return WithdrawalRefund.objects.get(pk=refund.pk)
+def receipt_refund_preview(*, receipt_id: int) -> Preview:
+    receipt = _receipt(receipt_id)
+    preview = Preview(evidence=_receipt_evidence(receipt))
+    refund = WithdrawalRefund.objects.filter(receipt=receipt).first()
+    if refund is not None:
+        preview.evidence += [("refund", f"{refund.status}: {refund.amount} USDC to "
+                                        f"{refund.destination}, hash {refund.tx_hash}"),
+                             ("refund error", refund.last_error)]
+        if refund.status == F.COMPLETED:
+            preview.refusal = "the receipt was refunded already"
+        preview.will = [
+            "Drive the refund already stored: look its hash up on Stellar, re-post the "
+            "same envelope (a new one only if the stored one is provably dead). No second "
+            "payment is ever made.",
+            "Write one withdrawal_payout_events row with your name and note."]
+        return preview
+    preview.refusal = _receipt_refund_refusal(receipt)
+    preview.will = [
+        f"Send {receipt.unconsumed} USDC from the distribution account back to "
+        f"{receipt.from_account} on Stellar (the receipt's sender; memo none). The signed "
+        "envelope and its hash are stored with one withdrawal_payout_events row naming "
+        "you and your note, in one transaction, before anything is submitted: one refund "
+        "per receipt, so repeating this action can never pay twice.",
+        "Then submit it (the refund outbox and its sweep finish it). AP is not told: no "
+        "AP transaction holds this USDC."]
+    return preview
 
 
-def _refund_landed(refund: WithdrawalRefund, found: dict) -> WithdrawalRefund:
-    with transaction.atomic():
-        if found.get("successful"):
-            WithdrawalRefund.objects.filter(pk=refund.pk, tx_hash=refund.tx_hash,
-                                            status=F.SUBMITTING).update(
-                status=F.SUBMITTED, last_error="", updated_at=timezone.now())
-        else:
-            _refund_set(refund, F.MANUAL_REVIEW, "included in a ledger but failed")
-        stellar.free_channel(address=refund.source_account, holder=_holder(refund.transaction_id))
-    return WithdrawalRefund.objects.get(pk=refund.pk)
-
-
-def _refund_rebuild(refund: WithdrawalRefund) -> WithdrawalRefund:
-    """Replace a provably dead envelope: new sequence, bounds and hash; one commit."""
-    holder = _holder(refund.transaction_id)
-    with transaction.atomic():
-        current = WithdrawalRefund.objects.select_for_update().get(pk=refund.pk)
-        if current.tx_hash != refund.tx_hash or current.status != F.SUBMITTING:
-            return current
-        stellar.forget_sequence(address=current.source_account, holder=holder)
-        prepared = stellar.prepare_payment(
-            holder=holder, destination=current.destination, amount=current.amount,
-            memo_type=current.memo_type, memo=current.memo, resync=True)
-        for name, value in prepared.items():
-            setattr(current, name, value)
-        current.attempts += 1
-        current.last_error = "stored envelope was dead; rebuilt"
-        current.save()
-        return current
-
-
-def _refund_notify(refund: WithdrawalRefund) -> WithdrawalRefund:
-    """AP ``notify_refund_sent`` (refund id = the hash, amount in the amount_in asset,
-    fee 0): total refunded = amount_in -> ``refunded`` (NOTES §1.5). Not idempotent in
-    AP: on -32600 re-read, done if our refund id is there."""
-    asset = _usdc_asset()
-    tx_hash = refund.tx_hash
-
-    def reached(tx: dict) -> bool:
-        payments = (tx.get("refunds") or {}).get("payments") or []
-        return any(p.get("id") == tx_hash for p in payments)
-
+def receipt_refund_on_chain(*, receipt_id: int, operator, note: str) -> WithdrawalRefund:
+    """Send the unconsumed part of a USDC receipt (``amount - consumed_amount``,
+    Decimal, 7 dp: a second payment after completion, an overpayment's excess, an
+    unknown or shared memo; payouts/receipts.py) back to its sender, from the
+    distribution account, through the withdrawal-refund outbox (payouts/refunds.py,
+    decided by the one envelope rule, anchor/envelopes.py). One commit stores the
+    signed envelope, its hash and the audit row (``receipt.refund``); the refund is
+    unique per receipt (``withdrawal_refunds.receipt`` and ``transaction_id`` =
+    ``receipt:<id>``), so a repeat drives the same envelope (audit
+    ``receipt.refund_resumed``) and never pays twice. Once on chain the refund is
+    ``completed`` and the receipt ``settled_at``. Raises OperationRefused."""
+    require_permission(operator, "payouts.refund_receipt")
+    note = clean_note(note)
+    receipt = _receipt(receipt_id)
+    key = receipt_refund_key(receipt)
+    existing = WithdrawalRefund.objects.filter(receipt=receipt).first()
+    if existing is not None:
+        if existing.status == F.COMPLETED:
+            raise OperationRefused("the receipt was refunded already")
+        with transaction.atomic():
+            _event(transaction_id=key, event="receipt.refund_resumed", operator=operator,
+                   note=note, detail={"status": existing.status, "tx_hash": existing.tx_hash,
+                                      "last_error": existing.last_error})
+        return refunds.refund_drive(refund_id=existing.pk, resumed=True)
+    refusal = _receipt_refund_refusal(receipt)
+    if refusal:
+        raise OperationRefused(refusal)
     try:
-        platform.rpc_once("notify_refund_sent", {
-            "transaction_id": refund.transaction_id,
-            "refund": {"id": tx_hash, "amount": {"amount": _amount_text(refund.amount),
-                                                 "asset": asset},
-                       "amount_fee": {"amount": "0", "asset": asset}}}, reached=reached)
-    except platform.RpcError as exc:
-        _refund_set(refund, F.MANUAL_REVIEW,
-                    f"the USDC is back on chain but AP refused notify_refund_sent: {exc}")
-        return WithdrawalRefund.objects.get(pk=refund.pk)
-    WithdrawalRefund.objects.filter(pk=refund.pk, status=F.SUBMITTED).update(
-        status=F.COMPLETED, last_error="", updated_at=timezone.now())
-    return WithdrawalRefund.objects.get(pk=refund.pk)
-
-
-def _refund_set(refund: WithdrawalRefund, status: str, error: str) -> None:
-    WithdrawalRefund.objects.filter(pk=refund.pk).exclude(status=F.COMPLETED).update(
-        status=status, last_error=error[:2000], updated_at=timezone.now())
-
-
-def _refund_note(refund: WithdrawalRefund, error: str) -> None:
-    WithdrawalRefund.objects.filter(pk=refund.pk).update(last_error=error[:2000],
-                                                         updated_at=timezone.now())
+        with transaction.atomic():
+            current = StellarReceipt.objects.select_for_update().get(pk=receipt_id)
+            refusal = _receipt_refund_refusal(current)
+            if refusal or current.unconsumed != receipt.unconsumed:
+                raise OperationRefused(refusal or "the receipt changed since it was checked")
+            prepared = stellar.prepare_payment(
+                holder=refunds.holder(key), destination=current.from_account,
+                amount=current.unconsumed, memo_type="none", memo="")
+            refund = WithdrawalRefund.objects.create(
+                receipt=current, transaction_id=key, destination=current.from_account,
+                amount=current.unconsumed, memo="", memo_type="none", **prepared)
+            _event(transaction_id=key, event="receipt.refund", operator=operator, note=note,
+                   detail={"amount": format(current.unconsumed, "f"),
+                           "destination": current.from_account, "tx_hash": refund.tx_hash,
+                           "receipt": {"tx_hash": current.tx_hash,
+                                       "from": current.from_account,
+                                       "amount": format(current.amount, "f"),
+                                       "consumed": format(current.consumed_amount, "f"),
+                                       "memo_type": current.memo_type, "memo": current.memo,
+                                       "at": current.created_at.isoformat(),
+                                       "reason": current.review_reason}})
+    except IntegrityError as exc:  # a concurrent refund of the same receipt won
+        raise OperationRefused("a refund of this receipt exists already") from exc
+    except (stellar.NoChannelFree, stellar.HorizonUnavailable, ValueError) as exc:
+        raise OperationRefused(f"no refund envelope could be built now: {exc}") from exc
+    log.info("receipt %s: refund %s of %s USDC stored by %s", receipt.tx_hash, refund.tx_hash,
+             refund.amount, operator_name(operator))
+    return refunds.refund_drive(refund_id=refund.pk, resumed=False)
 
 
 # --- any AP transaction: expire it before funds arrive ---------------------------------
@@ -928,7 +952,7 @@ def _expire_check(transaction_id: str) -> _ExpireCheck:
     if status not in AP_BEFORE_FUNDS:
         raise OperationRefused(f"AP shows the transaction {status}: funds may have arrived")
     if kind == "deposit":
-        if DepositPayment.objects.filter(transaction_id=transaction_id).exists():
+        if DepositPayment.objects.live().filter(transaction_id=transaction_id).exists():
             raise OperationRefused("Corridor recorded a captured INR payment for it")
         order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
         if order is not None:

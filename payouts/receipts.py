@@ -4,22 +4,42 @@
 keeps each one (``stellar_receipts``); ``verify`` decides, from those rows alone,
 whether a withdrawal was paid: destination ours, asset USDC of our issuer, memo, the
 sender AP recorded, amounts under one memo summed, no more decimals than AP's asset
-allows, and no other open withdrawal sharing the memo (AP PR #1929)."""
+allows, and no other open withdrawal sharing the memo (AP PR #1929).
+
+``classify_receipts`` (run by the poller) decides what each USDC receipt paid for. A
+receipt is *consumed* when it counted towards a withdrawal's payout amount: the
+receipts under a withdrawal's memo, oldest first, fill its ``amount_in`` once a payout
+exists (any status but ``failed``: a failed payout paid nothing and the withdrawal's
+own refund may still take the USDC back). Whatever is left over -- a second payment
+after the payout, the excess of an overpayment, a payment with no or an unknown memo,
+one under a memo two withdrawals share, one after the withdrawal was refunded -- is
+*unconsumed* (payments from Corridor's own accounts, ``treasury_accounts``, never
+are): once older than RECEIPT_GRACE_S it is raised in the operators' queue (kind
+``receipt``) with its on-chain evidence, for an operator's "refund on chain"
+(``payouts.operations.receipt_refund_on_chain``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 from stellar_sdk import MuxedAccount
 
 from anchor import stellar
-from payouts.models import ChainCursor, StellarReceipt, WithdrawalRequest
+from payouts.models import (
+    ChainCursor,
+    StellarReceipt,
+    WithdrawalPayout,
+    WithdrawalRefund,
+    WithdrawalRequest,
+)
 
 PAGE = 200
+BATCH = 200
 
 
 def withdraw_account() -> str:
@@ -30,6 +50,18 @@ def _base_account(address: str) -> str:
     if address.startswith("M"):
         return MuxedAccount.from_account(address).account_id
     return address
+
+
+def sender_matches(sender: str, expected: str) -> bool:
+    """Whether a receipt's sender (Horizon's ``from_muxed`` when the payment came from
+    a muxed account, else ``from``) is the account AP recorded as the withdrawal's
+    ``source_account``. A muxed (M...) source is one customer of a custodial G... (AP
+    4.3.0 PR #1930 stores the M-address so two of them stay apart): it matches only its
+    own M-address, id included. A G... source matches payments from that key, muxed or
+    not (its holder signs for all of them)."""
+    if expected.startswith("M"):
+        return sender == expected
+    return _base_account(sender) == expected
 
 
 def scan(*, max_pages: int = 20) -> int:
@@ -109,9 +141,7 @@ def verify(request: WithdrawalRequest, *, ap_source: str) -> Verdict:
         verdict.outcome = "review"
         verdict.reason = "memo shared by two withdrawals: cannot tell whose payment this is"
         return verdict
-    expected_source = _base_account(ap_source) if ap_source else ""
-    if expected_source and any(_base_account(r.from_account) != expected_source
-                               for r in receipts):
+    if ap_source and any(not sender_matches(r.from_account, ap_source) for r in receipts):
         verdict.outcome, verdict.reason = "review", "payment from an unexpected account"
         return verdict
     quantum = Decimal(1).scaleb(-settings.WITHDRAW_ASSET_DECIMALS)
@@ -134,3 +164,109 @@ def unmatched_receipts() -> list[StellarReceipt]:
     """Payments into our account whose memo names no withdrawal of ours."""
     known = WithdrawalRequest.objects.values_list("memo", flat=True)
     return list(StellarReceipt.objects.exclude(memo__in=known).order_by("paging_token"))
+
+
+def usdc_asset() -> str:
+    return f"{settings.STELLAR_USDC_CODE}:{settings.STELLAR_USDC_ISSUER}"
+
+
+def treasury_accounts() -> list[str]:
+    """Accounts whose payments to us are Corridor's own treasury moves, not a
+    customer's money: the USDC issuer (minting to the distribution account), the
+    distribution account, the hub and the channel accounts."""
+    return sorted({settings.STELLAR_USDC_ISSUER, withdraw_account(),
+                   stellar.hub_keypair().public_key, *stellar.channel_keypairs()})
+
+
+def open_receipts():
+    """Customers' USDC receipts into our account not yet accounted for in full
+    (``settled_at`` NULL; treasury moves excluded), served by
+    ``stellar_receipts_open_idx``."""
+    return StellarReceipt.objects.filter(
+        settled_at__isnull=True, asset=usdc_asset(), to_account=withdraw_account()
+    ).exclude(from_account__in=treasury_accounts())
+
+
+def memo_requests(receipt: StellarReceipt):
+    """The withdrawals whose memo this receipt carries (the match ``verify`` makes)."""
+    if not receipt.memo or receipt.memo_type == "none":
+        return WithdrawalRequest.objects.none()
+    requests = WithdrawalRequest.objects.filter(memo=receipt.memo)
+    if receipt.memo_type == "id":
+        return requests.filter(memo_type__in=["", "id"])
+    return requests.filter(memo_type=receipt.memo_type)
+
+
+def classify_receipts() -> dict[str, int]:
+    """Allocate USDC receipts to the payouts they paid for and raise whatever no
+    withdrawal consumed (module docstring). Reads unsettled receipts older than
+    RECEIPT_GRACE_S, oldest first; idempotent (the allocation is recomputed from the
+    rows, in paging order). Returns counts: consumed | raised | waiting (a withdrawal
+    without a payout still owns it) | unraised (STRANDED_SWEEPERS=False: what is left
+    over is not raised; consumption is still allocated)."""
+    counts = {"consumed": 0, "raised": 0, "waiting": 0, "treasury": 0, "unraised": 0}
+    cutoff = timezone.now() - timedelta(seconds=settings.RECEIPT_GRACE_S)
+    # Treasury moves (module docstring) owe nobody anything: settled as they are.
+    counts["treasury"] = StellarReceipt.objects.filter(
+        settled_at__isnull=True, from_account__in=treasury_accounts()
+    ).update(settled_at=timezone.now())
+    rows = list(open_receipts().filter(review_reason="", created_at__lt=cutoff)
+                .order_by("created_at", "paging_token")[:BATCH])
+    for receipt in rows:
+        outcome = _classify(receipt)
+        counts[outcome] += 1
+    return counts
+
+
+def _classify(receipt: StellarReceipt) -> str:
+    requests = list(memo_requests(receipt)[:3])
+    if not requests:
+        why = "no memo" if not receipt.memo or receipt.memo_type == "none" else \
+            f"unknown memo: no withdrawal has {receipt.memo_type} memo {receipt.memo}"
+        return _raise(receipt, why)
+    if len(requests) > 1:
+        return _raise(receipt, "memo shared by withdrawals " + ", ".join(
+            r.transaction_id for r in requests) + ": cannot tell whose payment this is")
+    request = requests[0]
+    if WithdrawalRefund.objects.filter(request=request).exists():
+        return _raise(receipt, f"arrived after withdrawal {request.transaction_id} was "
+                               "refunded")
+    payout = WithdrawalPayout.objects.filter(transaction_id=request.transaction_id).first()
+    if payout is None or payout.status == WithdrawalPayout.Status.FAILED:
+        return "waiting"  # the withdrawal's own flow (and queue) owns it
+    _allocate(request)
+    receipt.refresh_from_db()
+    if receipt.settled_at is not None:
+        return "consumed"
+    if receipt.consumed_amount == 0:
+        return _raise(receipt, f"second payment: withdrawal {request.transaction_id} was "
+                               f"already paid out for {request.amount_in} USDC "
+                               f"(payout {payout.status})")
+    return _raise(receipt, f"overpaid: {receipt.unconsumed} USDC above the "
+                           f"{request.amount_in} USDC withdrawal {request.transaction_id} "
+                           "paid out")
+
+
+def _allocate(request: WithdrawalRequest) -> None:
+    """Fill ``request.amount_in`` from its memo's receipts, oldest first (receipts
+    refunded on their own are not counted)."""
+    remaining = request.amount_in
+    now = timezone.now()
+    rows = (StellarReceipt.objects.filter(memo_type=request.memo_type or "id",
+                                          memo=request.memo, asset=usdc_asset(),
+                                          to_account=withdraw_account(), refund__isnull=True)
+            .order_by("paging_token"))
+    for row in rows:
+        take = min(remaining, row.amount)
+        remaining -= take
+        StellarReceipt.objects.filter(pk=row.pk, settled_at__isnull=True).update(
+            consumed_amount=take, transaction_id=request.transaction_id,
+            settled_at=now if take == row.amount else None)
+
+
+def _raise(receipt: StellarReceipt, reason: str) -> str:
+    if not settings.STRANDED_SWEEPERS:
+        return "unraised"  # the sweeper switched off: allocation goes on, raising stops
+    StellarReceipt.objects.filter(pk=receipt.pk, review_reason="").update(
+        review_reason=reason[:2000], reviewed_at=timezone.now())
+    return "raised"

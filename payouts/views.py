@@ -7,7 +7,6 @@ import logging
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
 from django.http import HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -15,14 +14,21 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 from structlog.contextvars import bind_contextvars
 
-from anchor import callbacks, platform, sep24
+from anchor import callbacks, inbox, platform, sep24, submissions
 from anchor import razorpay as rzp
 from anchor.models import InboundEvent
-from anchor.views import register_status_details, sep24_error, webhook_outcome
+from anchor.views import (
+    register_status_details,
+    sep24_error,
+    signed_event_rejected,
+    submitting_page,
+    webhook_outcome,
+)
+from corridor import inbound
 from payouts import withdrawals
 from payouts.models import WithdrawalPayout, WithdrawalRequest
 from payouts.providers.base import ProviderError
-from payouts.webhooks import check_payout_event, payout_webhook_apply
+from payouts.webhooks import ProviderUnreachable, check_payout_event, payout_webhook_apply
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +56,23 @@ def _pay_page(request, w: WithdrawalRequest):
 def withdraw(request, transaction_id: str):
     """The withdrawal form: USDC amount and where to pay the INR (bank account + IFSC,
     or a UPI ID), errors next to their fields, a quote to confirm (fields locked;
-    "Change details" unlocks them); then the memo and account the wallet must pay."""
+    "Change details" unlocks them); then the memo and account the wallet must pay.
+    Needs the interactive scope for the transaction (403 otherwise): a status link
+    (more_info_url) must never set the payout account. Any number of simultaneous
+    confirms make one submission (anchor/submissions.py): the others, and any visit
+    while it is being made, get the "being submitted" page (200), never a 5xx; once
+    made, every visit shows the pay page."""
     bind_contextvars(transaction_id=transaction_id[:64])
-    if not sep24.session_allows(request, transaction_id):
+    if not sep24.session_allows(request, transaction_id, sep24.SCOPE_INTERACTIVE):
         return sep24_error(request, "forbidden", "Open this page from your wallet to continue.",
                            403)
     existing = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
     if existing is not None and existing.funds_requested_at is not None:
         return _pay_page(request, existing)
+    pending = submissions.in_flight(transaction_id)
+    if request.method == "GET" and pending is not None and submissions.is_live(pending):
+        return submitting_page(request, kind="withdrawal", transaction_id=transaction_id,
+                               form_url=request.path, live=True)
     context = {"transaction_id": transaction_id, "data": request.POST, "errors": {},
                "rate": settings.WITHDRAW_RATE_INR_PER_USDC, "fee": settings.WITHDRAW_FEE_USDC,
                "min": settings.WITHDRAW_MIN_USDC, "max": settings.WITHDRAW_MAX_USDC}
@@ -73,6 +88,9 @@ def withdraw(request, transaction_id: str):
     except withdrawals.WithdrawalInputError as exc:
         context["errors"] = exc.errors
         return render(request, "sep24/withdraw.html", context, status=400)
+    except submissions.SubmissionInFlight:
+        return submitting_page(request, kind="withdrawal", transaction_id=transaction_id,
+                               form_url=request.path, live=True)
     except ProviderError as exc:
         context["errors"] = {"account_number": f"The bank refused these details: {exc}"}
         return render(request, "sep24/withdraw.html", context, status=400)
@@ -127,7 +145,9 @@ register_status_details("withdrawal", _withdrawal_details)
 @csrf_exempt
 def razorpayx_webhook(request):
     """``POST /webhooks/razorpay/payouts``: signature over the raw body, dedupe by
-    ``X-Razorpay-Event-Id``, any order of arrival (forward-only ranks)."""
+    ``X-Razorpay-Event-Id``, any order of arrival (forward-only ranks). A bad
+    signature: 400, nothing stored; signed but never storable (corridor/inbound.py
+    checks in ``check_payout_event``): 200 ``rejected``, for the operators."""
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
     raw = request.body
@@ -135,34 +155,28 @@ def razorpayx_webhook(request):
         return webhook_outcome("razorpayx", "invalid_signature",
                                JsonResponse({"error": "invalid signature"}, status=400))
     event_id = request.headers.get("X-Razorpay-Event-Id", "")
+    event: dict = {}
     try:
         event = callbacks.parse_json_object(raw)
         event_id = callbacks.event_id_checked(event_id, "X-Razorpay-Event-Id")
         check_payout_event(event)
     except callbacks.MalformedEvent as exc:
-        return webhook_outcome("razorpayx", "malformed", JsonResponse(
-            {"error": f"not a RazorpayX payout event: {exc}"}, status=400))
-    entity = ((event.get("payload") or {}).get("payout") or {}).get("entity") \
-        if isinstance(event.get("payload"), dict) and \
-        isinstance(event["payload"].get("payout"), dict) else None
-    if isinstance(entity, dict) and isinstance(entity.get("reference_id"), str):
-        bind_contextvars(transaction_id=entity["reference_id"][:64])
-    bind_contextvars(razorpay_event_id=event_id[:100])
+        # Signed by Razorpay, yet never storable: acknowledge it as rejected.
+        event = event or callbacks.salvage(raw)
+        return signed_event_rejected("razorpayx", event_id=event_id,
+                                     event_type=event.get("event"), exc=exc, raw=raw)
+    entity = ((event.get("payload") or {}).get("payout") or {}).get("entity") or {}
+    if isinstance(entity.get("reference_id"), str):
+        bind_contextvars(transaction_id=entity["reference_id"])
+    bind_contextvars(razorpay_event_id=event_id)
     try:
-        with transaction.atomic():
-            InboundEvent.objects.create(source=InboundEvent.Source.RAZORPAYX,
-                                        event_id=event_id,
-                                        event_type=str(event.get("event", ""))[:60])
-    except IntegrityError:
-        return webhook_outcome("razorpayx", "duplicate", JsonResponse({"outcome": "duplicate"}))
-    try:
-        outcome = payout_webhook_apply(event=event)
-    except Exception:
-        # Not handled: forget the delivery so Razorpay's retry is not taken for a
-        # duplicate (its effect, if any, is forward-only and idempotent).
-        InboundEvent.objects.filter(source=InboundEvent.Source.RAZORPAYX,
-                                    event_id=event_id).delete()
-        raise
-    InboundEvent.objects.filter(source=InboundEvent.Source.RAZORPAYX, event_id=event_id
-                                ).update(outcome=outcome)
+        outcome = inbox.record_and_apply(
+            source=InboundEvent.Source.RAZORPAYX, event_id=event_id,
+            event_type=inbound.sanitize(event.get("event"), 60),
+            apply=lambda: payout_webhook_apply(event=event))
+    except ProviderUnreachable as exc:
+        # Nothing applied and nothing recorded: RazorpayX sends it again.
+        log.warning("payout webhook not confirmed, RazorpayX unreachable: %s", exc)
+        return webhook_outcome("razorpayx", "provider_unreachable", JsonResponse(
+            {"error": "RazorpayX could not be asked; send it again"}, status=503))
     return webhook_outcome("razorpayx", outcome, JsonResponse({"outcome": outcome}))

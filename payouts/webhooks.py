@@ -3,7 +3,15 @@
 The payout is matched by provider id, else by ``reference_id`` (= AP transaction id):
 the webhook can arrive before the create call returned (NOTES §5 bug 5), but our row
 and key were committed before the call, so there is always a row to match. Events that
-match nothing get 2xx (Razorpay disables endpoints after failures) and are logged."""
+match nothing get 2xx (Razorpay disables endpoints after failures) and are logged.
+
+A webhook is a claim, never the fact (issue 9: a leaked webhook secret alone must not
+mark a payout paid): Corridor fetches the payout itself (``GET /v1/payouts/{id}``) and
+applies what the API says -- its status and its UTR -- through the same forward-only
+ranks as the poller. When RazorpayX cannot be asked, ``ProviderUnreachable`` is raised
+and the endpoint answers 503 without recording the event, so RazorpayX delivers it
+again (NOTES §1.5: retries for 24 hours); the poller, which fetches every
+``processing`` payout by itself, settles it meanwhile in any case."""
 
 from __future__ import annotations
 
@@ -11,17 +19,39 @@ import logging
 
 from django.db import transaction
 
+from anchor import razorpay as rzp
+from corridor import inbound
 from payouts import guard
 from payouts.models import PayoutAttempt, WithdrawalPayout
+from payouts.providers.base import PayoutNotFound
 from payouts.providers.razorpayx import _payout
 
 log = logging.getLogger(__name__)
 
 
 def check_payout_event(event: dict) -> None:
-    """Shape of a payout event (razorpay/NOTES.md §2.8); raises MalformedEvent."""
+    """Shape of a payout event (razorpay/NOTES.md §2.8), each field checked against the
+    column it lands in (corridor/inbound.py): ``entity.id`` ->
+    ``payout_attempts.provider_payout_id``, ``amount`` -> ``withdrawal_payouts
+    .amount_paise`` (integer paise, 0..2^63-1), ``status`` ->
+    ``payout_attempts.provider_status``, ``reference_id`` -> the AP transaction id,
+    ``utr`` -> ``withdrawal_payouts.reference``; ``status_details`` an object whose
+    ``reason`` is storable text. Raises MalformedEvent."""
     from anchor.callbacks import MalformedEvent
 
+    try:
+        _check_payout_event(event)
+    except MalformedEvent:
+        raise
+    except inbound.InboundError as exc:
+        raise MalformedEvent(str(exc)) from None
+
+
+def _check_payout_event(event: dict) -> None:
+    from anchor.callbacks import MalformedEvent
+
+    if not isinstance(event.get("event", ""), str):
+        raise MalformedEvent("event must be a string")
     payload = event.get("payload")
     if payload is None:
         return
@@ -35,20 +65,37 @@ def check_payout_event(event: dict) -> None:
     entity = payout.get("entity") or {}
     if not entity:
         return
-    if not isinstance(entity.get("id"), str) or not 0 < len(entity["id"]) <= 40:
-        raise MalformedEvent("payload.payout.entity.id must be a payout id")
-    amount = entity.get("amount")
-    if not isinstance(amount, int) or isinstance(amount, bool) or not 0 <= amount < 10**15:
-        raise MalformedEvent("payload.payout.entity.amount must be integer paise")
-    for name in ("status", "reference_id", "utr"):
-        if entity.get(name) is not None and (not isinstance(entity[name], str)
-                                             or len(entity[name]) > 64):
-            raise MalformedEvent(f"payload.payout.entity.{name} must be a short string")
-    if not isinstance(entity.get("status_details") or {}, dict):
-        raise MalformedEvent("payload.payout.entity.status_details must be an object")
+    where = "payload.payout.entity"
+    inbound.field_text(PayoutAttempt, "provider_payout_id", entity.get("id"), f"{where}.id")
+    inbound.field_int(WithdrawalPayout, "amount_paise", entity.get("amount"),
+                      f"{where}.amount")
+    inbound.field_text(PayoutAttempt, "provider_status", entity.get("status"),
+                       f"{where}.status", required=False)
+    inbound.field_text(WithdrawalPayout, "transaction_id", entity.get("reference_id"),
+                       f"{where}.reference_id", required=False)
+    inbound.field_text(WithdrawalPayout, "reference", entity.get("utr"), f"{where}.utr",
+                       required=False)
+    details = entity.get("status_details") or {}
+    if not isinstance(details, dict):
+        raise MalformedEvent(f"{where}.status_details must be an object")
+    if not isinstance(details.get("reason") or "", str):
+        raise MalformedEvent(f"{where}.status_details.reason must be a string")
+
+
+class ProviderUnreachable(Exception):
+    """RazorpayX could not be asked about the payout a webhook names: nothing was
+    applied; answer 5xx so the event comes again."""
 
 
 def payout_webhook_apply(*, event: dict) -> str:
+    """Apply a verified ``payout.*`` event: find our payout by the event's payout id or
+    reference, fetch that payout from RazorpayX, check the API's ``reference_id`` and
+    ``amount`` (paise) against our row, and move the row by the API's status (forward
+    only, ``guard.payout_apply_status``): ``processed`` -> ``completed`` with the API's
+    UTR, then AP's ``notify_offchain_funds_sent`` after commit. Runs inside the
+    webhook's dedupe transaction (``anchor.inbox.record_and_apply``). Returns the outcome
+    (``ignored``, ``unknown_payout``, ``amount_mismatch``, ``payout_not_found``,
+    ``reference_mismatch`` or ``<before>-><after>``). Raises ProviderUnreachable."""
     name = str(event.get("event", ""))
     entity = (((event.get("payload") or {}).get("payout") or {}).get("entity")) or {}
     if not name.startswith("payout.") or not entity.get("id"):
@@ -65,10 +112,39 @@ def payout_webhook_apply(*, event: dict) -> str:
         log.error("payout %s amount %s differs from ours %s", state.payout_id,
                   state.amount_paise, payout.amount_paise)
         return "amount_mismatch"
+    try:
+        confirmed = guard.provider().fetch(state.payout_id)
+    except PayoutNotFound as exc:
+        log.error("payout webhook %s names payout %s, which RazorpayX does not hold: %s",
+                  name, state.payout_id, exc)
+        return "payout_not_found"
+    except rzp.RazorpayError as exc:
+        raise ProviderUnreachable(f"fetch {state.payout_id}: {exc}") from exc
+    if confirmed.payout_id != state.payout_id or \
+            confirmed.reference != payout.transaction_id[:40]:
+        log.error("payout webhook %s: RazorpayX shows payout %s under reference %r, not ours",
+                  name, confirmed.payout_id, confirmed.reference)
+        return "reference_mismatch"
+    if confirmed.amount_paise != payout.amount_paise:
+        log.error("payout %s amount %s (API) differs from ours %s", confirmed.payout_id,
+                  confirmed.amount_paise, payout.amount_paise)
+        return "amount_mismatch"
+    if confirmed.status != state.status:
+        log.warning("payout webhook %s said %s; RazorpayX says %s: acting on the API",
+                    name, state.status, confirmed.status)
     before = payout.status
-    payout = guard.payout_apply_status(payout=payout, state=state)
+    payout = guard.payout_apply_status(payout=payout, state=confirmed, complete_ap=False)
     if payout.status == WithdrawalPayout.Status.COMPLETED and payout.ap_completed_at is None:
-        from payouts import tasks
-
-        transaction.on_commit(lambda: tasks.payout_complete_ap.delay(payout.pk))
+        transaction.on_commit(lambda: _complete_ap_after_commit(payout.pk))
     return f"{before}->{payout.status}"
+
+
+def _complete_ap_after_commit(payout_id: int) -> None:
+    """Step 5 once the webhook's transaction committed (never an AP call while the
+    dedupe row and the payout row are locked); if AP could not be told, the task
+    (and the poller after it) tries again."""
+    from payouts import tasks
+
+    payout = guard.payout_complete_ap(payout=WithdrawalPayout.objects.get(pk=payout_id))
+    if payout.ap_completed_at is None:
+        tasks.payout_complete_ap.delay(payout.pk)

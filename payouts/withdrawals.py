@@ -5,19 +5,18 @@ pending_user_transfer_start; AP picks the memo, NOTES §1.5)."""
 from __future__ import annotations
 
 import re
-import zlib
 from dataclasses import dataclass
 from decimal import ROUND_DOWN, Decimal, InvalidOperation
 
 from django.conf import settings
-from django.db import connection, transaction
 from django.utils import timezone
 
-from anchor import platform
+from anchor import platform, submissions
 from anchor import razorpay as rzp
+from common.crashpoints import crash_point
 from payouts.guard import provider
 from payouts.models import WithdrawalRequest
-from payouts.providers.base import Beneficiary
+from payouts.providers.base import Beneficiary, ProviderError
 
 IFSC = re.compile(r"^[A-Z]{4}0[A-Z0-9]{6}$")
 ACCOUNT_NUMBER = re.compile(r"^[0-9A-Za-z]{5,35}$")
@@ -100,44 +99,142 @@ def quote(amount_in: Decimal) -> WithdrawQuote:
 
 def withdrawal_submit(*, transaction_id: str, amount_in: Decimal,
                       beneficiary: Beneficiary) -> WithdrawalRequest:
-    """One transition per withdrawal; a repeat returns the stored request and asks AP
-    nothing. Raises WithdrawalStateError, provider and platform errors."""
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)",
-                           [zlib.crc32(f"withdrawal_submit:{transaction_id}".encode())])
+    """The interactive withdrawal's one transition: register ``beneficiary`` with the
+    provider (RazorpayX contact + fund account: identical details return the existing
+    ones, NOTES §2.2-2.3, so a repeat moves no money), store our WithdrawalRequest
+    (``amount_in``: Decimal, USDC), then ``request_onchain_funds`` (AP: incomplete ->
+    pending_user_transfer_start; AP picks the memo, NOTES §1.5). Safe under any number
+    of simultaneous calls (anchor/submissions.py): only the holder of the submission's
+    claim calls the provider or AP, with no database transaction or lock held across
+    a call; a repeat after it is done returns the stored request and calls nothing.
+
+    A resumed claim (the previous holder died or gave up) re-reads AP first: if AP
+    already took the request, the stored row is completed with AP's memo; if AP is
+    still ``incomplete``, this submission's details replace the stored ones (no AP
+    call was made on them yet). Bank details are never stored, so the sweeper can
+    only finish a stored request; it forgets an intent that has none.
+
+    Returns the WithdrawalRequest. Raises SubmissionInFlight (another request is
+    making it: call nothing), WithdrawalStateError, ProviderError (details refused),
+    provider and platform errors (the claim is released for a retry)."""
+    existing = WithdrawalRequest.objects.filter(transaction_id=transaction_id,
+                                                funds_requested_at__isnull=False).first()
+    if existing is not None:
+        return existing
+    claim = submissions.claim(transaction_id=transaction_id, kind="withdrawal",
+                              amount_in=amount_in)
+    if claim is None:
+        return WithdrawalRequest.objects.get(transaction_id=transaction_id)
+    return _withdrawal_drive(claim, amount_in, beneficiary)
+
+
+class _NothingToResume(Exception):
+    """A lapsed withdrawal intent with no stored request: without the customer's bank
+    details (never stored) it cannot be completed; the form is offered again."""
+
+
+def _funds_requested(tx: dict) -> bool:
+    return tx.get("status") not in ("incomplete", "expired", "error")
+
+
+def _withdrawal_drive(claim: submissions.Claim, amount_in: Decimal | None,
+                      beneficiary: Beneficiary | None) -> WithdrawalRequest:
+    transaction_id = claim.transaction_id
+    try:
+        ap_tx = platform.get_transaction(transaction_id)
+        if ap_tx is None or ap_tx.get("kind") != "withdrawal":
+            raise WithdrawalStateError("This withdrawal does not exist.")
         request = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
-        if request is None:
-            ap_tx = platform.get_transaction(transaction_id)
-            if ap_tx is None or ap_tx.get("kind") != "withdrawal":
-                raise WithdrawalStateError("This withdrawal does not exist.")
-            if ap_tx["status"] != "incomplete":
-                raise WithdrawalStateError(f"This withdrawal is already {ap_tx['status']}.")
-            q = quote(amount_in)
-            contact_id, fund_account_id = provider().register_beneficiary(
-                beneficiary=beneficiary, reference=transaction_id)
-            request = WithdrawalRequest.objects.create(
-                transaction_id=transaction_id, amount_in=q.amount_in, fee=q.fee,
-                amount_out=q.amount_out, amount_out_paise=rzp.rupees_to_paise(q.amount_out),
-                rate=q.rate, beneficiary_type=beneficiary.kind,
-                beneficiary_display=beneficiary.masked(), contact_id=contact_id,
-                fund_account_id=fund_account_id,
-                source_account=ap_tx.get("source_account") or "")
-    if request.funds_requested_at is None:
-        usdc = f"stellar:{settings.STELLAR_USDC_CODE}:{settings.STELLAR_USDC_ISSUER}"
-        ap_tx = platform.rpc_once(
-            "request_onchain_funds",
-            {"transaction_id": transaction_id,
-             "message": "Send the USDC with the memo shown",
-             "amount_in": {"amount": format(request.amount_in, "f"), "asset": usdc},
-             "amount_out": {"amount": format(request.amount_out, "f"),
-                            "asset": settings.AP_FIAT_ASSET},
-             "fee_details": {"total": format(request.fee, "f"), "asset": usdc}},
-            reached=lambda tx: tx["status"] != "incomplete")
+        if ap_tx["status"] == "incomplete":
+            if beneficiary is not None:
+                request = _register(claim, ap_tx, amount_in, beneficiary)
+            elif request is None:
+                raise _NothingToResume(transaction_id)
+            crash_point("withdrawal_submit.request_stored")
+            ap_tx = _request_onchain_funds(request)
+        elif request is None or not _funds_requested(ap_tx):
+            raise WithdrawalStateError(f"This withdrawal is already {ap_tx['status']}.")
+    except (WithdrawalStateError, ProviderError, _NothingToResume) as exc:
+        submissions.release(claim, error=str(exc), forget=True)
+        raise
+    except (rzp.RazorpayError, platform.PlatformError, platform.RpcError) as exc:
+        submissions.release(claim, error=f"{type(exc).__name__}: {exc}", forget=False)
+        raise
+
+    def mark_requested():
         WithdrawalRequest.objects.filter(pk=request.pk).update(
             memo=str(ap_tx.get("memo") or ""), memo_type=ap_tx.get("memo_type") or "id",
             destination=ap_tx.get("destination_account") or "",
             source_account=ap_tx.get("source_account") or request.source_account,
             funds_requested_at=timezone.now())
-        request.refresh_from_db()
+
+    submissions.finish(claim, also=mark_requested)
+    request.refresh_from_db()
     return request
+
+
+def _register(claim: submissions.Claim, ap_tx: dict, amount_in: Decimal,
+              beneficiary: Beneficiary) -> WithdrawalRequest:
+    """Register the beneficiary (intent committed first) and store the request."""
+    q = quote(amount_in)
+    submissions.advance(claim, "setup_requested", amount_in=q.amount_in)
+    contact_id, fund_account_id = provider().register_beneficiary(
+        beneficiary=beneficiary, reference=claim.transaction_id)
+    crash_point("withdrawal_submit.setup_created")
+    return submissions.advance(claim, "request_stored", also=lambda: (
+        WithdrawalRequest.objects.update_or_create(
+            transaction_id=claim.transaction_id, defaults={
+                "amount_in": q.amount_in, "fee": q.fee, "amount_out": q.amount_out,
+                "amount_out_paise": rzp.rupees_to_paise(q.amount_out), "rate": q.rate,
+                "beneficiary_type": beneficiary.kind,
+                "beneficiary_display": beneficiary.masked(), "contact_id": contact_id,
+                "fund_account_id": fund_account_id,
+                "source_account": ap_tx.get("source_account") or ""})[0]))
+
+
+def _request_onchain_funds(request: WithdrawalRequest) -> dict:
+    """``request_onchain_funds`` once; returns AP's transaction (memo, account). A
+    -32600 (already applied) or -32603 (AP's optimistic lock) is re-read and counts as
+    done only if AP left ``incomplete``."""
+    usdc = f"stellar:{settings.STELLAR_USDC_CODE}:{settings.STELLAR_USDC_ISSUER}"
+    try:
+        return platform.rpc_once(
+            "request_onchain_funds",
+            {"transaction_id": request.transaction_id,
+             "message": "Send the USDC with the memo shown",
+             "amount_in": {"amount": format(request.amount_in, "f"), "asset": usdc},
+             "amount_out": {"amount": format(request.amount_out, "f"),
+                            "asset": settings.AP_FIAT_ASSET},
+             "fee_details": {"total": format(request.fee, "f"), "asset": usdc}},
+            reached=_funds_requested)
+    except platform.RpcError as exc:
+        if exc.code != platform.INTERNAL_ERROR:
+            raise
+        current = platform.get_transaction(request.transaction_id)
+        if current is None or not _funds_requested(current):
+            raise
+        return current
+
+
+def withdrawal_resume(transaction_id: str) -> str:
+    """The sweeper's resume of a withdrawal submission whose claim lapsed
+    (anchor/submissions.py): completes a stored request's AP call, or forgets an
+    intent without one. Returns completed | released | skipped."""
+    try:
+        claim = submissions.claim(transaction_id=transaction_id, kind="withdrawal",
+                                  amount_in=None)
+    except submissions.SubmissionInFlight:
+        return "skipped"
+    if claim is None:
+        return "skipped"
+    if not claim.resumed:
+        submissions.release(claim, error="nothing to resume", forget=True)
+        return "skipped"
+    try:
+        _withdrawal_drive(claim, None, None)
+    except (WithdrawalStateError, _NothingToResume):
+        return "released"
+    return "completed"
+
+
+submissions.register_resumer("withdrawal", withdrawal_resume)

@@ -22,7 +22,7 @@ from django.utils.timesince import timesince
 from django_celery_beat.admin import PeriodicTaskAdmin as BeatPeriodicTaskAdmin
 from django_celery_beat.models import PeriodicTask
 
-from anchor.admin import NoteForm, ReadOnlyAdmin, ReadOnlyInline, confirm_action
+from common.console import NoteForm, ReadOnlyAdmin, ReadOnlyInline, confirm_action
 from sagas import operations
 from sagas.models import ReviewItem, Saga, SagaEvent, SagaStep
 
@@ -120,6 +120,9 @@ _TARGETS = {
     "release": "anchor_depositrelease",
     "payout": "payouts_withdrawalpayout",
     "withdrawal": "payouts_withdrawalrequest",
+    "inbound": "anchor_inboundevent",
+    "notify": "anchor_depositpayment",
+    "receipt": "payouts_stellarreceipt",
 }
 
 

@@ -47,7 +47,7 @@ spec or a list of specs ``{"leg": kind, "mode": m, "phase": "forward"|"compensat
 always without n), ``non_retryable``, ``manual_review``, ``crash_before_commit``,
 ``crash_after_commit`` (SIGKILL around the leg's result commit while the saga has been
 recovered fewer than n times, default 1). ``CORRIDOR_CRASH_AT`` crash points
-(``anchor.crashpoints``): ``saga.after_lease``, ``saga.{forward|compensate}.{idx}
+(``common.crashpoints``): ``saga.after_lease``, ``saga.{forward|compensate}.{idx}
 .before_commit|after_commit`` and ``saga.forward.{idx}.intent.before_commit|
 after_commit``.
 
@@ -71,7 +71,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from structlog.contextvars import bound_contextvars
 
-from anchor.crashpoints import crash_point
+from common.crashpoints import crash_point
 from ledger import services as ledger
 from sagas import plans
 from sagas.legs import (
@@ -161,11 +161,23 @@ def start(*, kind: str, reference: str, input: dict[str, Any] | None = None,
             [v for idx, leg in enumerate(plan.legs) for v in (saga_id, idx, leg.kind)]
             + [saga_id, _json({"kind": kind, "legs": [leg.kind for leg in plan.legs]})])
         if dispatch:
-            transaction.on_commit(partial(_enqueue, saga_id, 0.0), robust=True)
+            _enqueue_after_commit(saga_id, 0.0)
     saga = Saga(id=saga_id, kind=kind, reference=reference, status=S.RUNNING,
                 input=json.loads(payload), stellar_cursor=stellar_cursor)
     saga._state.adding = False
     return saga
+
+
+def _enqueue_after_commit(saga_id: int, delay_s: float) -> None:
+    """Enqueue the saga's run once the transaction commits; a broker that refuses the
+    publish is logged and nothing else (the commit stands; the resume sweep owns the
+    saga). A named function, not a ``partial``: Django's robust ``on_commit`` logs the
+    callback's ``__qualname__``, which a partial lacks (found by ``make chaos``)."""
+
+    def enqueue_run() -> None:
+        _enqueue(saga_id, delay_s)
+
+    transaction.on_commit(enqueue_run, robust=True)
 
 
 def _enqueue(saga_id: int, delay_s: float) -> None:
@@ -596,7 +608,7 @@ class _Run:
             guard()
             self._write(cur, new, events, next_in)
             if release and wake_in is not None and self.dispatch:
-                transaction.on_commit(partial(_enqueue, self.saga.id, wake_in), robust=True)
+                _enqueue_after_commit(self.saga.id, wake_in)
             crash_point(f"{name}.before_commit")
             if inject and step is not None:
                 self._inject(step, phase, "before_commit")

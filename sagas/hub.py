@@ -7,9 +7,13 @@ one payment per leg key, even across crashes between "paid" and "recorded"
 1. **Look for the payment on chain** by its reference (the memo) from the saga's
    ``stellar_cursor``: same from (the hub), to, amount and asset -> it happened; return
    its hash. This is what finds a payment whose worker died after submitting it.
-2. **The stored envelope** (``saga_hub_payments``, one row per leg key): if its hash is
-   on chain, done; if it may still land (Horizon's latest ledger is not past its
-   ``max_time`` and its sequence is unused) it is re-posted as is, never rebuilt.
+2. **The stored envelope** (``saga_hub_payments``, one row per leg key), judged by the
+   one rule every Stellar outbox uses (``anchor.envelopes.envelope_fate``): landed and
+   successful -> done; alive -> re-posted as is, never rebuilt; unknown (Horizon cannot
+   prove it yet, e.g. a lagging node) -> ``HubPaymentUnknown``: the leg waits (Pending,
+   no attempt used), and past ENVELOPE_UNKNOWN_REVIEW_S after its ``max_time`` it stops
+   with ``ManualReviewError`` and the evidence; dead (or included but failed: no money
+   moved) -> step 3.
 3. **Build, store, submit**: only when there is no envelope or it is provably dead, a new
    one is built on the hub's next sequence, stored in a fenced commit (the saga's lease
    is renewed in the same transaction, so a worker that lost the saga writes nothing),
@@ -30,15 +34,17 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 
-from anchor import stellar
-from anchor.crashpoints import crash_point
-from sagas.legs import LegContext
+from anchor import envelopes, stellar
+from common import locks
+from common.crashpoints import crash_point
+from sagas.legs import LegContext, ManualReviewError
 from sagas.models import HubPayment
 
 log = logging.getLogger(__name__)
@@ -51,8 +57,10 @@ class HubBusy(Exception):
 
 
 class HubPaymentUnknown(Exception):
-    """The envelope was posted but Horizon did not say whether it landed (504, timeout):
-    the next attempt looks it up before anything else."""
+    """Whether the payment landed is not known yet: the envelope was posted and Horizon
+    did not say (504, timeout), or Horizon cannot prove where the stored envelope stands.
+    Legs wait (``Pending``, no attempt used); the next attempt reads the envelope's fate
+    before anything else."""
 
 
 class HubPaymentFailed(Exception):
@@ -92,9 +100,11 @@ def pay(ctx: LegContext, payment: Payment, *, crash_name: str) -> str:
     the Stellar transaction hash once it is in a ledger. ``crash_name``: the crash point
     reached right after Horizon said the payment applied, before anything records it.
 
-    Raises HubBusy (try later, nothing done), HubPaymentUnknown / HubPaymentFailed
-    (retry: the look-up decides), stellar.HorizonUnavailable, StaleLeaseError (from the
-    fenced commit of a new envelope: nothing was paid)."""
+    Raises HubBusy (try later, nothing done), HubPaymentUnknown (wait: the look-up
+    decides), HubPaymentFailed (retry), ManualReviewError (the envelope's fate stayed
+    unknown past ENVELOPE_UNKNOWN_REVIEW_S after its max_time: a person decides),
+    stellar.HorizonUnavailable, StaleLeaseError (from the fenced commit of a new
+    envelope: nothing was paid)."""
     lookup = settings.REMITTANCE_CHAIN_LOOKUP
     if lookup:
         found = find(payment, cursor=ctx.stellar_cursor)
@@ -103,11 +113,18 @@ def pay(ctx: LegContext, payment: Payment, *, crash_name: str) -> str:
     with _hub_turn(ctx):
         row = HubPayment.objects.filter(key=ctx.idempotency_key).first()
         if row is not None and lookup:
-            state = _envelope_state(row)
-            if state == "landed":
+            fate = _fate(row)
+            if fate.state == envelopes.LANDED and fate.successful:
                 return row.tx_hash
-            if state == "alive":
+            if fate.state == envelopes.ALIVE:
                 return _submit(row, crash_name)
+            if fate.state == envelopes.UNKNOWN:
+                if envelopes.unknown_overdue(_max_time(row)):
+                    raise ManualReviewError(
+                        f"hub payment {row.key}: the fate of {row.tx_hash} stayed unknown "
+                        f"past max_time + {settings.ENVELOPE_UNKNOWN_REVIEW_S:g}s: "
+                        f"{fate.reason}; evidence {fate.evidence}")
+                raise HubPaymentUnknown(f"{row.tx_hash}: {fate.reason}")
         row = _build(ctx, payment, row)
         return _submit(row, crash_name)
 
@@ -116,41 +133,32 @@ def envelope_outstanding(ctx: LegContext) -> bool:
     """Whether this leg key has a stored envelope that landed or may still land: the
     leg has (perhaps) paid already, whatever the counterparty says now."""
     row = HubPayment.objects.filter(key=ctx.idempotency_key).first()
-    return row is not None and _envelope_state(row) != "dead"
+    if row is None:
+        return False
+    fate = _fate(row)
+    return fate.state != envelopes.DEAD and not (
+        fate.state == envelopes.LANDED and not fate.successful)
 
 
 @contextmanager
 def _hub_turn(ctx: LegContext) -> Iterator[None]:
-    deadline = time.monotonic() + settings.REMITTANCE_HUB_LOCK_WAIT_S
-    with connection.cursor() as cur:
-        while True:
-            cur.execute("SELECT pg_try_advisory_lock(%s)", [HUB_LOCK_KEY])
-            if cur.fetchone()[0]:
-                break
-            if time.monotonic() > deadline:
-                raise HubBusy("the hub is busy with another payment")
-            ctx.renew_lease()
-            time.sleep(0.05)
     try:
-        ctx.renew_lease()
-        yield
-    finally:
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_advisory_unlock(%s)", [HUB_LOCK_KEY])
+        with locks.wait_session_lock(HUB_LOCK_KEY, timeout=settings.REMITTANCE_HUB_LOCK_WAIT_S,
+                                     while_waiting=ctx.renew_lease):
+            ctx.renew_lease()
+            yield
+    except locks.LockTimeout as exc:
+        raise HubBusy("the hub is busy with another payment") from exc
 
 
-def _envelope_state(row: HubPayment) -> str:
-    """``landed`` (successful, in a ledger), ``alive`` (may still land: re-post it) or
-    ``dead`` (can never land: included unsuccessfully, past its time bounds, or its
-    sequence used by another transaction)."""
-    found = stellar.find_transaction(row.tx_hash)
-    if found is not None:
-        return "landed" if found.get("successful") else "dead"
-    if stellar.latest_ledger_close_time().timestamp() > row.max_time:
-        return "dead"
-    if stellar.account_sequence(hub_address()) >= row.sequence:
-        return "dead"
-    return "alive"
+def _max_time(row: HubPayment) -> datetime:
+    return datetime.fromtimestamp(row.max_time, UTC)
+
+
+def _fate(row: HubPayment) -> envelopes.Fate:
+    """The stored envelope's fate under the one rule (``anchor.envelopes``)."""
+    return envelopes.envelope_fate(tx_hash=row.tx_hash, source_account=hub_address(),
+                                   sequence=row.sequence, max_time=_max_time(row))
 
 
 def _build(ctx: LegContext, payment: Payment, row: HubPayment | None) -> HubPayment:

@@ -177,7 +177,15 @@ class ReviewItem(models.Model):
     - ``payout``: withdrawal payouts in ``manual_review``, ``failed`` (a new attempt or a
       refund is a person's call) or ``reversed`` (processed, then returned by the bank);
     - ``withdrawal``: withdrawal requests in ``manual_review`` (a payment that does not
-      match: short, wrong asset, shared memo...) that have not been refunded.
+      match: short, wrong asset, shared memo...) that have not been refunded;
+    - ``inbound``: signed provider webhooks and AP events acknowledged as ``rejected``
+      because they could never be stored (``inbound_events``; ``reference`` is
+      ``source:event_id``, ``reason`` the event type and why);
+    - ``notify``: confirmed INR payments AP refused ``notify_offchain_funds_received``
+      for AP_NOTIFY_REVIEW_S (the sweeper keeps retrying; ``reason`` has its last error);
+    - ``receipt``: USDC receipts no withdrawal consumed (``reference`` the Stellar hash,
+      ``amount`` the unconsumed USDC, ``reason`` why and the on-chain evidence), until
+      their refund on chain is done.
 
     ``key`` is ``"{kind}:{object_id}"``; ``reference`` the AP transaction id or the
     saga's reference; ``amount``/``currency`` what is at stake (USDC for releases and

@@ -1,6 +1,6 @@
 """Operator actions on sagas stopped in ``manual_review`` (DESIGN.md §6: "Operators
 close these in the admin, and every action is a saga_events row"). Shape and shared
-rules: anchor/operations.py.
+rules: common/console.py.
 
 Each service, in one transaction: a conditional UPDATE of the saga that only succeeds
 while it is in ``manual_review`` (no worker can hold a lease then: the engine's
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 
-from anchor.operations import (
+from common.console import (
     OperationRefused,
     Preview,
     clean_note,

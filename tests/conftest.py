@@ -34,6 +34,8 @@ FAST_TIMINGS = {
     "ORDER_RECONCILER_PERIOD_S": 1.0,
     "ORDER_RECONCILER_AGE_S": 0.5,
     "DEPOSIT_EXPIRY_S": 2.0,
+    "INTERACTIVE_SUBMIT_LEASE_S": 1.0,
+    "INTERACTIVE_SUBMIT_SWEEP_AGE_S": 0.3,
     "TRUSTLINE_WAIT_S": 5.0,
     "STELLAR_SUBMIT_TIMEOUT_S": 10.0,
     "WITHDRAW_POLL_PERIOD_S": 1.0,
@@ -51,6 +53,9 @@ FAST_TIMINGS = {
     "REMITTANCE_FUNDING_POLL_S": 0.2,
     "REMITTANCE_ANCHOR_POLL_S": 0.2,
     "REMITTANCE_HUB_LOCK_WAIT_S": 5.0,
+    "ENVELOPE_UNKNOWN_REVIEW_S": 3.0,
+    "REFUND_SWEEP_AGE_S": 1.0,
+    "REFUND_SWEEP_PERIOD_S": 1.0,
 }
 SANDBOX_TIMINGS = {
     "SANDBOX_LEDGER_CLOSE_S": "0.25",
@@ -193,3 +198,9 @@ def clean_sandbox(sandbox):
     sandbox.clear_faults()
     yield sandbox
     sandbox.clear_faults()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The chaos campaign restarts the embedded PostgreSQL and Redis this suite uses:
+    its tests run after every other test."""
+    items.sort(key=lambda item: item.nodeid.startswith("tests/test_chaos.py"))

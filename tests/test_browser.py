@@ -1,8 +1,16 @@
 """The SEP-24 pages in a real browser: Playwright driving Debian's ``chromium`` package
-headless, in a phone-sized webview (390x844, touch), against Corridor's live server and
-the sandbox. A deposit and a withdrawal are walked from the wallet's interactive URL to
-``completed``; the error pages are opened on purpose. Every page is saved as a
-screenshot under ``test-artifacts/screenshots/`` (``deposit-1-form.png`` ...).
+headless, in a phone-sized webview (390x844, touch), against the stack ``make run``
+starts (tests/servers.py: gunicorn from Procfile.dev's web line with WhiteNoise serving
+the static files, and a sandbox over HTTP whose events and webhooks go to that
+gunicorn). A deposit and a withdrawal are walked from the wallet's interactive URL to
+``completed``; the error pages are opened on purpose; the admin's login page is opened
+to see it styled. Every page is saved as a screenshot under
+``test-artifacts/screenshots/`` (``deposit-1-form.png`` ...).
+
+On every page the browser must see no 4xx/5xx for any resource (a deliberate error
+page's own status is asserted instead), the stylesheet's rules applied (a computed
+style only sep24.css sets, not merely a ``<link>``), and the flag sep24.js sets when it
+ran (``<html data-sep24js="ready">``).
 
 Needs ``/usr/bin/chromium`` (``apt-get install chromium``; never ``playwright install``,
 README "Browser tests"). Without it these tests skip saying so -- except under
@@ -20,11 +28,12 @@ import jwt
 import pytest
 from django.conf import settings as django_settings
 
-from anchor import deposits, platform
+from anchor import deposits, platform, reconciler
 from anchor.models import DepositPayment
 from payouts import poller
 from tests.conftest import ARTIFACTS
 from tests.flows import Wallet, wait_for
+from tests.servers import start_stack
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -65,20 +74,95 @@ def playwright():
             yield p
 
 
+@pytest.fixture(scope="module")
+def stack(playwright, django_db_setup, django_db_blocker):
+    """gunicorn + its sandbox, once for this module, on the test database; the status
+    page refreshes itself every second."""
+    with django_db_blocker.unblock():
+        running = start_stack(SEP24_STATUS_REFRESH_S="1")
+    yield running
+    running.stop()
+
+
 @pytest.fixture
-def page(playwright, tmp_path, settings):
-    """A phone-sized page in a fresh Chromium profile (its own user-data-dir)."""
-    settings.SEP24_STATUS_REFRESH_S = 1  # the status page refreshes itself every second
+def web(stack, settings):
+    """The stack, with this process's settings (the poller, funds_received run here
+    as beat would) pointed at its sandbox; faults off before and after."""
+    stack.point_settings(settings)
+    stack.sandbox.clear_faults()
+    yield stack
+    stack.sandbox.clear_faults()
+
+
+class Responses:
+    """Every response the page's browser receives (documents, styles, scripts, XHR)."""
+
+    def __init__(self, page):
+        self.seen: list[tuple[int, str, str]] = []
+        page.on("response", lambda r: self.seen.append((r.status, r.request.resource_type,
+                                                        r.url)))
+
+    def take(self) -> list[tuple[int, str, str]]:
+        seen, self.seen = self.seen, []
+        return seen
+
+
+@pytest.fixture
+def page(playwright, tmp_path):
+    """A phone-sized page in a fresh Chromium profile (its own user-data-dir), with its
+    responses recorded in ``page.responses``."""
     context = playwright.chromium.launch_persistent_context(
         str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True,
         args=CHROMIUM_ARGS, **PHONE)
     context.set_default_timeout(15_000)
     page = context.pages[0] if context.pages else context.new_page()
+    page.responses = Responses(page)
     yield page
     context.close()
 
 
-def shot(page, name: str) -> None:
+def assert_no_failed_responses(page, *, document_status: int | None = None) -> None:
+    """No response >= 400 since the last check, except the main document of a
+    deliberate error page, whose status must then be ``document_status``."""
+    seen = page.responses.take()
+    failed = [r for r in seen if r[0] >= 400 and not (r[1] == "document"
+                                                      and r[0] == document_status)]
+    assert failed == [], f"failed responses: {failed}"
+    if document_status is not None:
+        assert (document_status, "document") in {(s, t) for s, t, _ in seen}, seen
+
+
+def assert_page_works(page, *, document_status: int | None = None) -> None:
+    """A Corridor page as the customer sees it: every resource loaded, sep24.css applied
+    (its ``--brand`` custom property and the page background it sets), sep24.js run."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    for attempt in range(3):  # a status page may reload itself (meta refresh) meanwhile
+        try:
+            page.wait_for_function("document.documentElement.dataset.sep24js === 'ready'",
+                                   timeout=5_000)
+            styles = page.evaluate("""() => {
+                const root = getComputedStyle(document.documentElement);
+                const body = getComputedStyle(document.body);
+                return {brand: root.getPropertyValue('--brand').trim(),
+                        bg: body.backgroundColor, margin: body.marginTop};
+            }""")
+            break
+        except PlaywrightError as exc:
+            if "context was destroyed" not in str(exc) or attempt == 2:
+                raise
+    assert styles == {"brand": "#1f5eff", "bg": "rgb(244, 245, 247)", "margin": "0px"}
+    assert_no_failed_responses(page, document_status=document_status)
+
+
+def shot(page, name: str, *, document_status: int | None = None,
+         corridor: bool = True) -> None:
+    """Check the page (``assert_page_works``; only no failed responses on another
+    site's page, ``corridor=False``) and save its screenshot."""
+    if corridor:
+        assert_page_works(page, document_status=document_status)
+    else:
+        assert_no_failed_responses(page)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
@@ -107,8 +191,8 @@ def wait_for_status(page, status: str, *, tick=None, timeout: float = 30.0) -> N
         page.wait_for_timeout(300)
 
 
-def test_a_deposit_from_the_wallets_link_to_completed(page, clean_sandbox, live_server):
-    wallet = Wallet(clean_sandbox)
+def test_a_deposit_from_the_wallets_link_to_completed(page, web):
+    wallet = Wallet(web.sandbox)
     transaction_id, url = wallet.start_deposit()
 
     page.goto(url)
@@ -122,7 +206,7 @@ def test_a_deposit_from_the_wallets_link_to_completed(page, clean_sandbox, live_
     expect(page.locator(".field:has(#amount) #amount-error")).to_have_text(
         "The minimum deposit is ₹100.00.")
     expect(page.locator("#amount")).to_have_attribute("aria-invalid", "true")
-    shot(page, "deposit-2-error")
+    shot(page, "deposit-2-error", document_status=400)  # the form, with its error
 
     page.get_by_label("Amount in rupees").fill("1000")
     page.get_by_role("button", name="See what I receive").click()
@@ -140,17 +224,33 @@ def test_a_deposit_from_the_wallets_link_to_completed(page, clean_sandbox, live_
     page.get_by_role("link", name="Continue to Razorpay").click()
     expect(page.locator("#pay")).to_be_visible()  # the sandbox's Razorpay Checkout
     expect(page.locator("#amount")).to_contain_text("1,000")
-    shot(page, "deposit-5-razorpay-checkout")
+    shot(page, "deposit-5-razorpay-checkout", corridor=False)  # the sandbox's page
 
+    # Razorpay's webhooks get lost: Corridor has no payment yet, AP still waits for it.
+    web.sandbox.fault("razorpay.webhook_lose", times=1)
     page.locator("#pay").click()
-    page.wait_for_url(re.compile(rf"/sep24/transaction/{transaction_id}\?"))
+    # Back from Checkout (its signed return, then the bare status URL): never "pay again".
+    page.wait_for_url(re.compile(rf"/sep24/transaction/{transaction_id}$"))
     expect(page.get_by_role("heading", level=1)).to_have_text("Your deposit")
-    assert page.locator('meta[http-equiv="refresh"]').count() == 1
+    for _ in range(2):  # and not after the page reloads itself either
+        expect(page.locator("section.status")).to_have_attribute(
+            "data-status", "pending_user_transfer_start")
+        expect(page.locator("section.status .status-label")).to_have_text(
+            "Payment received, confirming")
+        assert page.locator("#action").count() == 0
+        assert "with Razorpay" not in page.locator("main").inner_text()
+        assert page.locator('meta[http-equiv="refresh"]').count() == 1
+        page.wait_for_timeout(1_200)
+    assert not DepositPayment.objects.filter(transaction_id=transaction_id).exists()
     shot(page, "deposit-6-status-pending")
 
-    # The worker's part (payment recorded -> notify AP -> release), run here as beat would.
-    wait_for(lambda: DepositPayment.objects.filter(transaction_id=transaction_id).exists(),
-             what="payment webhook recorded")
+    # The worker's part (order reconciler finds the payment -> notify AP -> release), run
+    # here as beat would.
+    def reconciled() -> bool:
+        reconciler.reconcile_orders()
+        return DepositPayment.objects.filter(transaction_id=transaction_id).exists()
+
+    wait_for(reconciled, what="order reconciler recorded the payment")
     deposits.funds_received(transaction_id=transaction_id)
     wait_for_status(page, "completed")  # the page reloads itself; the test never does
     expect(page.locator("section.status .status-label")).to_have_text("Completed")
@@ -161,23 +261,29 @@ def test_a_deposit_from_the_wallets_link_to_completed(page, clean_sandbox, live_
 
     # The status page is guarded: a fresh session sees an error, AP's more_info_url opens it.
     page.context.clear_cookies()
-    page.goto(f"{live_server.url}/sep24/transaction/{transaction_id}")
+    page.responses.take()
+    assert page.goto(f"{web.url}/sep24/transaction/{transaction_id}").status == 403
     expect(page.locator("section.error-page")).to_have_attribute("data-reason", "forbidden")
-    shot(page, "error-4-no-session")
-    token = clean_sandbox.http.post("/ap/sep/auth", json={"account": wallet.address}
-                                    ).json()["token"]
-    sep_tx = clean_sandbox.http.get("/ap/sep/transaction", params={"id": transaction_id},
-                                    headers={"Authorization": f"Bearer {token}"}
-                                    ).json()["transaction"]
+    shot(page, "error-4-no-session", document_status=403)
+    token = web.sandbox.http.post("/ap/sep/auth", json={"account": wallet.address}
+                                  ).json()["token"]
+    sep_tx = web.sandbox.http.get("/ap/sep/transaction", params={"id": transaction_id},
+                                  headers={"Authorization": f"Bearer {token}"}
+                                  ).json()["transaction"]
+    assert sep_tx["more_info_url"].startswith(f"{web.url}/sep24/more_info?")
     page.goto(sep_tx["more_info_url"])
     expect(page).to_have_url(re.compile(rf"/sep24/transaction/{transaction_id}$"))
     expect(page.locator("section.status")).to_have_attribute("data-status", "completed")
     shot(page, "deposit-8-more-info-status")
+    # The status link opens the status page only: the deposit form refuses it.
+    assert page.goto(f"{web.url}/sep24/deposit/{transaction_id}").status == 403
+    expect(page.locator("section.error-page")).to_have_attribute("data-reason", "forbidden")
+    assert_page_works(page, document_status=403)
 
 
-def test_a_withdrawal_with_form_errors_to_completed(page, clean_sandbox):
-    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
-    wallet = Wallet(clean_sandbox)
+def test_a_withdrawal_with_form_errors_to_completed(page, web):
+    web.sandbox.fault("razorpayx.settle_delay", seconds=0.2)
+    wallet = Wallet(web.sandbox)
     wallet.fund_usdc("100")
     transaction_id, url = wallet.start_withdrawal()
 
@@ -206,7 +312,7 @@ def test_a_withdrawal_with_form_errors_to_completed(page, clean_sandbox):
         expect(page.locator(f".field:has(#{field}) #{field}-error")).to_have_text(message)
         expect(page.locator(f"#{field}")).to_have_attribute("aria-invalid", "true")
     expect(page.locator("#form-errors")).to_contain_text("Check the 4 fields")
-    shot(page, "withdrawal-3-errors")
+    shot(page, "withdrawal-3-errors", document_status=400)
 
     page.get_by_label("Amount in USDC").fill("10")
     page.get_by_label("Account holder's name").fill("Asha Verma")
@@ -240,47 +346,73 @@ def test_a_withdrawal_with_form_errors_to_completed(page, clean_sandbox):
     shot(page, "withdrawal-7-status-completed")
 
 
-def test_error_pages_expired_link_provider_down_and_wrong_state(page, clean_sandbox,
-                                                                live_server, settings):
-    wallet = Wallet(clean_sandbox)
+def test_error_pages_expired_link_provider_down_and_wrong_state(page, web):
+    wallet = Wallet(web.sandbox)
     transaction_id, url = wallet.start_deposit()
     expired = jwt.encode({"jti": transaction_id, "sub": wallet.address,
                           "exp": int(time.time()) - 3600},
                          django_settings.AP_INTERACTIVE_JWT_SECRET, algorithm="HS256")
 
-    response = page.goto(f"{live_server.url}/sep24/interactive?"
+    response = page.goto(f"{web.url}/sep24/interactive?"
                          f"transaction_id={transaction_id}&token={expired}")
     assert response.status == 403
     expect(page.locator("section.error-page")).to_have_attribute("data-reason", "expired")
     expect(page.get_by_role("heading", level=1)).to_have_text("This link has expired")
     assert_fits_the_phone(page)
-    shot(page, "error-1-expired-link")
+    shot(page, "error-1-expired-link", document_status=403)
 
-    page.goto(url)
-    page.get_by_label("Amount in rupees").fill("1000")
-    page.get_by_role("button", name="See what I receive").click()
-    real_razorpay = settings.RAZORPAY_API_URL
-    settings.RAZORPAY_API_URL = "http://127.0.0.1:9/razorpay"  # nothing listens there
-    with page.expect_response(re.compile(r"/sep24/deposit/")) as answer:
-        page.get_by_role("button", name="Pay ₹1000.00 with Razorpay").click()
-    assert answer.value.status == 503
-    expect(page.locator("section.error-page")).to_have_attribute("data-reason", "unavailable")
-    shot(page, "error-2-provider-down")
+    page.goto(url)  # the wallet's link opens the session (a cookie for 127.0.0.1, any port)
+    assert_page_works(page)
+    # The same server, but its payment provider does not answer (nothing listens on :9).
+    down_url, down = web.gunicorn("gunicorn-provider-down",
+                                  RAZORPAY_API_URL="http://127.0.0.1:9/razorpay")
+    try:
+        page.goto(f"{down_url}/sep24/deposit/{transaction_id}")
+        page.get_by_label("Amount in rupees").fill("1000")
+        page.get_by_role("button", name="See what I receive").click()
+        with page.expect_response(re.compile(r"/sep24/deposit/")) as answer:
+            page.get_by_role("button", name="Pay ₹1000.00 with Razorpay").click()
+        assert answer.value.status == 503
+        expect(page.locator("section.error-page")).to_have_attribute("data-reason",
+                                                                     "unavailable")
+        shot(page, "error-2-provider-down", document_status=503)
+        retry = page.get_by_role("link", name="Try again").get_attribute("href")
+        assert retry == f"/sep24/deposit/{transaction_id}"
+    finally:
+        down.stop()
 
-    settings.RAZORPAY_API_URL = real_razorpay
-    page.get_by_role("link", name="Try again").click()  # back to the form, nothing kept
+    page.goto(f"{web.url}{retry}")  # try again once the provider is back: nothing kept
     expect(page.get_by_label("Amount in rupees")).to_be_editable()
+    assert_page_works(page)
     platform.rpc_once("notify_transaction_expired",
                       {"transaction_id": transaction_id, "message": "test: expired"},
                       reached=lambda tx: tx["status"] == "expired")
     page.get_by_label("Amount in rupees").fill("1000")
     page.get_by_role("button", name="See what I receive").click()
-    page.get_by_role("button", name="Pay ₹1000.00 with Razorpay").click()
+    with page.expect_response(re.compile(r"/sep24/deposit/")) as answer:
+        page.get_by_role("button", name="Pay ₹1000.00 with Razorpay").click()
+    assert answer.value.status == 409
     expect(page.locator("section.error-page")).to_have_attribute("data-reason", "wrong_state")
     expect(page.locator(".error")).to_have_text("This deposit is already expired.")
-    shot(page, "error-3-wrong-state")
+    shot(page, "error-3-wrong-state", document_status=409)
 
     page.get_by_role("link", name="See the transaction's status").click()
     expect(page.locator("section.status")).to_have_attribute("data-status", "expired")
     assert page.locator('meta[http-equiv="refresh"]').count() == 0
     shot(page, "error-5-status-expired")
+
+
+def test_the_admin_login_page_is_styled_under_gunicorn(page, web):
+    response = page.goto(f"{web.url}/admin/login/")
+
+    assert response.status == 200
+    expect(page.locator("#id_username")).to_be_visible()
+    styles = page.evaluate("""() => ({
+        primary: getComputedStyle(document.documentElement).getPropertyValue('--primary').trim(),
+        header: getComputedStyle(document.querySelector('#header')).display,
+        fontSize: getComputedStyle(document.body).fontSize,
+    })""")
+    assert styles == {"primary": "#79aec8", "header": "flex", "fontSize": "14px"}
+    assert_no_failed_responses(page)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "admin-1-login.png"), full_page=True)

@@ -16,7 +16,20 @@ from django.conf import settings
 from anchor import deposits, platform, reconciler, releases
 from anchor.models import DepositOrder, DepositPayment, DepositRelease, InboundEvent
 from tests.dbcount import count_write_commits
-from tests.flows import CeleryWorker, Customer, Wallet, horizon, purge_broker, run_manage, wait_for
+from tests.flows import (
+    CeleryWorker,
+    Customer,
+    Wallet,
+    ap,
+    assert_released_once,
+    horizon,
+    paid_deposit,
+    purge_broker,
+    run_manage,
+    settle,
+    start_and_pay,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -30,72 +43,19 @@ def worker(clean_sandbox):
     purge_broker()
 
 
-def start_and_pay(sandbox, wallet, amount="1000", *, pay=True, **start):
-    """Wallet starts a deposit, the customer submits the amount and pays."""
-    transaction_id, url = wallet.start_deposit(**start)
-    customer = Customer(sandbox)
-    order_id = customer.submit_amount(url, amount)
-    if pay:
-        customer.pay(order_id)
-    return transaction_id, order_id
-
-
-def paid_deposit(sandbox, wallet, **start) -> str:
-    """A deposit whose payment Corridor recorded and AP knows (pending_anchor), with no
-    release started: the state a worker is in just before the outbox."""
-    purge_broker()
-    transaction_id, _ = start_and_pay(sandbox, wallet, **start)
-    wait_for(lambda: DepositPayment.objects.filter(transaction_id=transaction_id).exists(),
-             what="payment webhook recorded")
-    purge_broker()  # no worker here: we drive the rest ourselves
-    deposits.notify_funds_received(transaction_id=transaction_id)
-    return transaction_id
-
-
-def ap_status(transaction_id):
-    return platform.get_transaction(transaction_id)
-
-
-def settle(transaction_id, *, rounds=15):
-    """Run the reconciler (as beat would) until the release is terminal."""
-    for _ in range(rounds):
-        release = DepositRelease.objects.filter(transaction_id=transaction_id).first()
-        if release and release.status in ("completed", "manual_review"):
-            return release
-        time.sleep(settings.RECONCILER_AGE_S + 0.1)
-        reconciler.reconcile_releases()
-        reconciler.sweep_ap_deposits()
-    return DepositRelease.objects.filter(transaction_id=transaction_id).first()
-
-
-def assert_paid_once(wallet, transaction_id):
-    release = DepositRelease.objects.get(transaction_id=transaction_id)
-    order = DepositOrder.objects.get(transaction_id=transaction_id)
-    payments = wallet.usdc_payments()
-    assert len(payments) == 1, payments
-    assert Decimal(payments[0]["amount"]) == order.amount_out
-    assert payments[0]["asset_issuer"] == settings.STELLAR_USDC_ISSUER
-    assert payments[0]["transaction_hash"] == release.tx_hash
-    ap = ap_status(transaction_id)
-    assert ap["status"] == "completed"
-    assert [st["id"] for st in ap["stellar_transactions"]] == [release.tx_hash]
-    assert release.status == "completed"
-    return release
-
-
 def test_happy_path_from_the_interactive_page_to_ap_completed(worker, clean_sandbox):
     wallet = Wallet(clean_sandbox)
 
     transaction_id, _ = start_and_pay(clean_sandbox, wallet, memo="exchange-user-42",
                                       memo_type="text")
 
-    wait_for(lambda: ap_status(transaction_id)["status"] == "completed", timeout=60,
+    wait_for(lambda: ap(transaction_id)["status"] == "completed", timeout=60,
              what="AP completed")
-    release = assert_paid_once(wallet, transaction_id)
+    release = assert_released_once(wallet, transaction_id)
     tx = horizon(clean_sandbox).transactions().transaction(release.tx_hash).call()
     assert (tx["memo_type"], tx["memo"]) == ("text", "exchange-user-42")
     assert DepositPayment.objects.get(transaction_id=transaction_id).amount_paise == 100000
-    assert ap_status(transaction_id)["external_transaction_id"].startswith("pay_")
+    assert ap(transaction_id)["external_transaction_id"].startswith("pay_")
 
 
 @pytest.mark.parametrize(("memo_type", "memo"), [
@@ -110,7 +70,7 @@ def test_the_wallets_memo_rides_on_the_payment(clean_sandbox, memo_type, memo):
 
     tx = horizon(clean_sandbox).transactions().transaction(release.tx_hash).call()
     assert (tx["memo_type"], tx["memo"]) == (memo_type, memo)
-    assert_paid_once(wallet, transaction_id)
+    assert_released_once(wallet, transaction_id)
 
 
 def test_happy_release_path_costs_three_commits(clean_sandbox):
@@ -134,7 +94,7 @@ def test_worker_killed_at_each_boundary_pays_once(clean_sandbox, crash_at):
 
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert settle(transaction_id).status == "completed"
-    assert_paid_once(wallet, transaction_id)
+    assert_released_once(wallet, transaction_id)
 
 
 def test_without_the_chain_check_a_killed_worker_pays_twice(clean_sandbox, settings):
@@ -162,7 +122,7 @@ def test_horizon_504_after_apply_is_adopted_not_repaid(clean_sandbox):
     assert first.status == "submitting"
     assert "unknown" in first.last_error
     assert settle(transaction_id).status == "completed"
-    assert_paid_once(wallet, transaction_id)
+    assert_released_once(wallet, transaction_id)
 
 
 def test_ap_32603_on_the_first_notify_retries_the_notify_not_the_payment(clean_sandbox):
@@ -175,7 +135,7 @@ def test_ap_32603_on_the_first_notify_retries_the_notify_not_the_payment(clean_s
     assert first.status == "submitted"
     assert "-32603" in first.last_error
     assert settle(transaction_id).status == "completed"
-    assert_paid_once(wallet, transaction_id)
+    assert_released_once(wallet, transaction_id)
 
 
 def test_events_delivered_three_times_and_out_of_order_release_once(worker, clean_sandbox):
@@ -185,10 +145,10 @@ def test_events_delivered_three_times_and_out_of_order_release_once(worker, clea
 
     transaction_id, _ = start_and_pay(clean_sandbox, wallet)
 
-    wait_for(lambda: ap_status(transaction_id)["status"] == "completed", timeout=60,
+    wait_for(lambda: ap(transaction_id)["status"] == "completed", timeout=60,
              what="AP completed")
     time.sleep(1.0)  # let the redeliveries arrive
-    assert_paid_once(wallet, transaction_id)
+    assert_released_once(wallet, transaction_id)
     assert InboundEvent.objects.filter(source="ap").count() >= 3
 
 
@@ -201,7 +161,7 @@ def test_a_lost_event_and_a_lost_task_are_recovered_by_the_sweep(clean_sandbox):
     counts = reconciler.sweep_ap_deposits()
 
     assert counts["started"] == 1
-    assert_paid_once(wallet, transaction_id)
+    assert_released_once(wallet, transaction_id)
 
 
 def test_a_lost_payment_webhook_is_recovered_by_the_order_reconciler(clean_sandbox):
@@ -217,7 +177,7 @@ def test_a_lost_payment_webhook_is_recovered_by_the_order_reconciler(clean_sandb
     assert counts == {"recorded": 1}
     purge_broker()
     deposits.funds_received(transaction_id=transaction_id)
-    assert_paid_once(wallet, transaction_id)
+    assert_released_once(wallet, transaction_id)
 
 
 def test_replayed_webhooks_credit_once(worker, clean_sandbox):
@@ -226,13 +186,13 @@ def test_replayed_webhooks_credit_once(worker, clean_sandbox):
 
     transaction_id, _ = start_and_pay(clean_sandbox, wallet)
 
-    wait_for(lambda: ap_status(transaction_id)["status"] == "completed", timeout=60,
+    wait_for(lambda: ap(transaction_id)["status"] == "completed", timeout=60,
              what="AP completed")
     time.sleep(1.0)
     assert DepositPayment.objects.filter(transaction_id=transaction_id).count() == 1
     # payment.captured and order.paid, three deliveries each: six receipts, one credit.
     assert InboundEvent.objects.filter(source="razorpay").count() == 2
-    assert_paid_once(wallet, transaction_id)
+    assert_released_once(wallet, transaction_id)
 
 
 def test_ap_pending_anchor_without_our_payment_releases_nothing(clean_sandbox):
@@ -241,7 +201,7 @@ def test_ap_pending_anchor_without_our_payment_releases_nothing(clean_sandbox):
     # Someone moves AP forward without any INR reaching us.
     platform.rpc("notify_offchain_funds_received", {
         "transaction_id": transaction_id, "external_transaction_id": "forged"})
-    assert ap_status(transaction_id)["status"] == "pending_anchor"
+    assert ap(transaction_id)["status"] == "pending_anchor"
 
     with pytest.raises(releases.ReleaseRefused):
         releases.release_start(transaction_id=transaction_id)
@@ -257,14 +217,72 @@ def test_destination_without_a_trustline_waits_for_it(clean_sandbox):
     transaction_id = paid_deposit(clean_sandbox, wallet)
 
     assert releases.release_start(transaction_id=transaction_id) is None
-    assert ap_status(transaction_id)["status"] == "pending_trust"
+    assert ap(transaction_id)["status"] == "pending_trust"
     assert reconciler.sweep_ap_deposits()["started"] == 0
 
     wallet.trust_usdc()
     counts = reconciler.sweep_ap_deposits()
 
     assert counts["trust_set"] == 1
-    assert_paid_once(wallet, transaction_id)
+    assert_released_once(wallet, transaction_id)
+
+
+def test_a_concurrent_start_that_read_a_lagging_horizon_does_not_strand_the_release(
+        clean_sandbox):
+    """Found by ``make chaos`` (seed 8, under load): two starts of one deposit (the
+    task after the webhook and the AP sweep) raced; one claimed, paid and was about to
+    tell AP, the other read the destination from a Horizon node behind the trustline,
+    saw none and asked AP for it (``request_trust``: pending_anchor -> pending_trust).
+    AP then refused ``notify_onchain_funds_sent`` in pending_trust and the paid release
+    went to manual review. The landed payment proves the trustline: the release takes
+    AP back (``notify_trust_set``) and completes."""
+    wallet = Wallet(clean_sandbox)
+    transaction_id = paid_deposit(clean_sandbox, wallet)
+    killed = run_manage("release_deposit", transaction_id, crash_at="after_mark_submitted")
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert DepositRelease.objects.get(transaction_id=transaction_id).status == "submitted"
+    # The other start, on its stale read of the destination account:
+    platform.rpc("request_trust", {"transaction_id": transaction_id})
+    assert ap(transaction_id)["status"] == "pending_trust"
+
+    release = settle(transaction_id)
+
+    assert release.status == "completed", release.last_error
+    assert_released_once(wallet, transaction_id)
+
+
+def test_a_horizon_behind_the_destinations_creation_delays_the_release(clean_sandbox,
+                                                                       settings):
+    """Found by the money-path attacker: a node behind the wallet's creation answers 404
+    for the account, which sent a normal deposit to manual review ("does not exist on
+    Stellar"). A 404 proves nothing until DESTINATION_MISSING_REVIEW_S has passed: the
+    release is not started, and the AP sweep starts it once Horizon caught up."""
+    settings.DESTINATION_MISSING_REVIEW_S = 30
+    wallet = Wallet(clean_sandbox)
+    clean_sandbox.fault("horizon.ingest_behind", ledgers=200)  # the wallet is newer
+    transaction_id = paid_deposit(clean_sandbox, wallet)
+
+    with pytest.raises(releases.ReleaseRefused, match="not found on Stellar yet"):
+        releases.release_start(transaction_id=transaction_id)
+    assert not DepositRelease.objects.exists()
+    clean_sandbox.clear_faults()
+    assert reconciler.sweep_ap_deposits()["started"] == 1
+    assert_released_once(wallet, transaction_id)
+
+
+def test_a_destination_missing_past_the_review_time_goes_to_an_operator(clean_sandbox,
+                                                                         settings):
+    settings.DESTINATION_MISSING_REVIEW_S = 0.5
+    wallet = Wallet(clean_sandbox)
+    transaction_id = paid_deposit(clean_sandbox, wallet)
+    clean_sandbox.fault("horizon.ingest_behind", ledgers=200)
+    time.sleep(0.6)
+
+    release = releases.release_start(transaction_id=transaction_id)
+
+    assert release.status == "manual_review"
+    assert release.last_error.startswith("destination account does not exist on Stellar")
+    assert wallet.usdc_payments() == []
 
 
 def test_twenty_concurrent_releases_from_one_source_account(clean_sandbox, settings):
@@ -285,7 +303,7 @@ def test_twenty_concurrent_releases_from_one_source_account(clean_sandbox, setti
     finally:
         w.stop()
     for wallet, transaction_id in zip(wallets, ids, strict=True):
-        assert_paid_once(wallet, transaction_id)
+        assert_released_once(wallet, transaction_id)
     errors = list(DepositRelease.objects.values_list("last_error", flat=True))
     assert not any("tx_bad_seq" in e for e in errors)
     assert set(DepositRelease.objects.values_list("attempts", flat=True)) == {1}
@@ -299,7 +317,7 @@ def test_an_abandoned_deposit_expires_before_funds_arrive(clean_sandbox):
     time.sleep(settings.DEPOSIT_EXPIRY_S + 0.2)
     assert reconciler.expire_abandoned() == 1
 
-    assert ap_status(transaction_id)["status"] == "expired"
+    assert ap(transaction_id)["status"] == "expired"
     assert DepositOrder.objects.get(transaction_id=transaction_id).status == "expired"
     assert reconciler.expire_abandoned() == 0
 
@@ -310,10 +328,10 @@ def test_payment_failed_then_captured_credits_once(worker, clean_sandbox):
 
     transaction_id, _ = start_and_pay(clean_sandbox, wallet)
 
-    wait_for(lambda: ap_status(transaction_id)["status"] == "completed", timeout=60,
+    wait_for(lambda: ap(transaction_id)["status"] == "completed", timeout=60,
              what="AP completed")
     assert DepositPayment.objects.filter(transaction_id=transaction_id).count() == 1
-    assert_paid_once(wallet, transaction_id)
+    assert_released_once(wallet, transaction_id)
 
 
 def test_a_signed_webhook_with_the_wrong_amount_credits_nothing(clean_sandbox, client):
@@ -341,7 +359,7 @@ def test_a_signed_webhook_with_the_wrong_amount_credits_nothing(clean_sandbox, c
         assert response.status_code == 200
         assert response.json()["outcome"] == "amount_mismatch"
     assert not DepositPayment.objects.exists()
-    assert ap_status(transaction_id)["status"] == "pending_user_transfer_start"
+    assert ap(transaction_id)["status"] == "pending_user_transfer_start"
 
 
 def test_a_replayed_interactive_link_after_submission_sends_no_second_request(
@@ -388,4 +406,4 @@ def test_a_contract_destination_goes_to_manual_review_unpaid(clean_sandbox):
     assert release.status == "manual_review"
     assert "contract" in release.last_error
     assert release.tx_hash is None
-    assert ap_status(transaction_id)["status"] == "pending_anchor"
+    assert ap(transaction_id)["status"] == "pending_anchor"

@@ -43,14 +43,24 @@ def test_event_with_an_expired_token_is_refused(client, settings):
     assert response.status_code == 401
 
 
+def _only_rejected(source):
+    """The one row a rejected delivery leaves: outcome rejected, with its reason."""
+    (row,) = InboundEvent.objects.all()
+    assert (row.source, row.outcome) == (source, "rejected")
+    assert row.reason
+    return row
+
+
 @pytest.mark.django_db
-def test_malformed_event_json_is_a_clear_400(client, settings):
+def test_authenticated_event_that_is_not_json_is_acknowledged_as_rejected(client, settings):
+    # AP redelivers a non-2xx forever and holds back every later event behind it.
     headers = _callback_headers(settings.AP_CALLBACK_AUTH_SECRET)
     response = client.post("/callbacks/event", b"{not json", content_type="application/json",
                            **headers)
-    assert response.status_code == 400
-    assert "id and type" in response.json()["error"]
-    assert not InboundEvent.objects.exists()
+    assert response.status_code == 200
+    assert response.json()["outcome"] == "rejected"
+    assert "not JSON" in response.json()["error"]
+    assert "not JSON" in _only_rejected("ap").reason
 
 
 @pytest.mark.django_db
@@ -163,14 +173,16 @@ def test_more_info_link_opens_the_status_page_only_with_the_more_info_secret(cli
     {**EVENT, "id": {"a": 1}},
 ])
 @pytest.mark.django_db
-def test_malformed_ap_events_get_400_and_record_nothing(client, settings, event):
+def test_malformed_ap_events_are_acknowledged_as_rejected_once(client, settings, event):
     headers = _callback_headers(settings.AP_CALLBACK_AUTH_SECRET)
 
     response = client.post("/callbacks/event", event, content_type="application/json", **headers)
+    again = client.post("/callbacks/event", event, content_type="application/json", **headers)
 
-    assert response.status_code == 400
+    assert (response.status_code, response.json()["outcome"]) == (200, "rejected")
     assert response.json()["error"]
-    assert not InboundEvent.objects.exists()
+    assert (again.status_code, again.json()["outcome"]) == (200, "duplicate")
+    _only_rejected("ap")
 
 
 @pytest.mark.parametrize("body", [
@@ -208,7 +220,7 @@ def _payment_event(entity, payload=None):
                      "currency": "INR", "status": "captured"}), "e" * 300),
 ])
 @pytest.mark.django_db
-def test_malformed_signed_payment_webhooks_get_400_and_can_be_retried(
+def test_malformed_signed_payment_webhooks_are_acknowledged_as_rejected(
         client, settings, body, event_id):
     signature = _signed(body, settings.RAZORPAY_WEBHOOK_SECRET)
 
@@ -216,8 +228,11 @@ def test_malformed_signed_payment_webhooks_get_400_and_can_be_retried(
                            HTTP_X_RAZORPAY_SIGNATURE=signature,
                            HTTP_X_RAZORPAY_EVENT_ID=event_id)
 
-    assert response.status_code == 400
-    assert not InboundEvent.objects.exists()  # a corrected retry is not a "duplicate"
+    # Signed by Razorpay yet never storable: a 2xx stops its retries (NOTES §1.5).
+    assert (response.status_code, response.json()["outcome"]) == (200, "rejected")
+    row = _only_rejected("razorpay")
+    assert row.event_id == event_id if len(event_id) <= 100 else row.event_id.startswith(
+        "sha256:")
     assert not DepositPayment.objects.exists()
 
 
@@ -258,21 +273,24 @@ def _signed_post(client, path, body: bytes, secret, event_id="evt_x"):
     b"[" * 3000 + b"]" * 3000,
 ])
 @pytest.mark.django_db
-def test_malformed_signed_payout_webhooks_get_400_and_record_nothing(client, settings, body):
+def test_malformed_signed_payout_webhooks_are_acknowledged_as_rejected(client, settings, body):
     response = _signed_post(client, "/webhooks/razorpay/payouts", body,
                             settings.RAZORPAY_WEBHOOK_SECRET)
 
-    assert response.status_code == 400, response.content
-    assert not InboundEvent.objects.exists()
+    assert response.status_code == 200, response.content
+    assert response.json()["outcome"] == "rejected"
+    assert _only_rejected("razorpayx").event_id == "evt_x"
 
 
 @pytest.mark.django_db
-def test_a_payout_webhook_with_an_overlong_event_id_gets_400(client, settings):
+def test_a_payout_webhook_with_an_overlong_event_id_is_rejected_under_a_digest(client, settings):
     body = b'{"event":"payout.processed","payload":{}}'
     response = _signed_post(client, "/webhooks/razorpay/payouts", body,
                             settings.RAZORPAY_WEBHOOK_SECRET, event_id="e" * 5000)
-    assert response.status_code == 400
-    assert not InboundEvent.objects.exists()
+    assert (response.status_code, response.json()["outcome"]) == (200, "rejected")
+    row = _only_rejected("razorpayx")
+    assert row.event_id.startswith("sha256:") and len(row.event_id) == 71
+    assert "X-Razorpay-Event-Id is longer than 100" in row.reason
 
 
 @pytest.mark.django_db
@@ -294,10 +312,13 @@ def test_a_payout_webhook_whose_handling_fails_can_be_retried(client, settings, 
 
 
 @pytest.mark.django_db
-def test_nul_and_deep_nesting_in_payment_webhooks_get_400(client, settings):
-    for body in (b'{"event":"payment.captured","payload":{"payment":{"entity":'
-                 b'{"id":"pay_\\u0000","order_id":"o"}}}}', b"[" * 3000 + b"]" * 3000):
+def test_nul_and_deep_nesting_in_payment_webhooks_are_rejected(client, settings):
+    for n, body in enumerate((b'{"event":"payment.captured","payload":{"payment":{"entity":'
+                              b'{"id":"pay_\\u0000","order_id":"o"}}}}',
+                              b"[" * 3000 + b"]" * 3000)):
         response = _signed_post(client, "/webhooks/razorpay/payments", body,
-                                settings.RAZORPAY_WEBHOOK_SECRET)
-        assert response.status_code == 400
-    assert not InboundEvent.objects.exists()
+                                settings.RAZORPAY_WEBHOOK_SECRET, event_id=f"evt_{n}")
+        assert (response.status_code, response.json()["outcome"]) == (200, "rejected")
+    assert sorted(InboundEvent.objects.values_list("event_id", "outcome")) == [
+        ("evt_0", "rejected"), ("evt_1", "rejected")]
+    assert not DepositPayment.objects.exists()

@@ -15,6 +15,7 @@ from ledger import services as ledger
 from ledger.models import Account, Entry, Posting
 from ledger.services import Line
 from tests.dbcount import count_write_commits
+from tests.factories import AccountFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -129,9 +130,9 @@ def raw_entry(cur, key: str, postings: list[tuple[int, str]]) -> None:
     [("usd_a", "-5")],                   # a single posting
 ])
 def test_the_database_refuses_an_unbalanced_entry_written_without_python(amounts):
-    accounts = {"usd_a": Account.objects.create(code="a", currency="USDC"),
-                "usd_b": Account.objects.create(code="b", currency="USDC"),
-                "inr_c": Account.objects.create(code="c", currency="INR")}
+    accounts = {"usd_a": AccountFactory(code="a", currency="USDC"),
+                "usd_b": AccountFactory(code="b", currency="USDC"),
+                "inr_c": AccountFactory(code="c", currency="INR")}
 
     with pytest.raises(IntegrityError, match="does not sum to zero"):
         with transaction.atomic(), connection.cursor() as cur:
@@ -142,8 +143,8 @@ def test_the_database_refuses_an_unbalanced_entry_written_without_python(amounts
 
 
 def test_the_database_accepts_a_balanced_raw_entry_and_keeps_balances():
-    a = Account.objects.create(code="a", currency="USDC")
-    b = Account.objects.create(code="b", currency="USDC")
+    a = AccountFactory(code="a", currency="USDC")
+    b = AccountFactory(code="b", currency="USDC")
 
     with transaction.atomic(), connection.cursor() as cur:
         raw_entry(cur, "raw-ok", [(a.pk, D("-3")), (b.pk, D("3"))])

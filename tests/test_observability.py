@@ -1,5 +1,6 @@
 """Observability: JSON log lines with the flow's ids and nothing secret in them, the
-Prometheus metrics at /metrics, and the stuck ages of /health/.
+Prometheus metrics at /metrics, the stuck ages of /health/ready, and every process's own
+lines (gunicorn, the Celery worker and beat) as JSON.
 
 The full-flow test drives a deposit and a withdrawal through the sandbox over real HTTP
 (Corridor's live server in this process, so its log lines are captured here) and reads
@@ -9,7 +10,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from datetime import timedelta
@@ -25,9 +30,17 @@ from anchor import deposits, platform, releases
 from anchor.models import DepositOrder, DepositPayment, DepositRelease
 from corridor.logging import json_formatter
 from payouts import guard, poller
-from payouts.models import PayoutAttempt, WithdrawalPayout, WithdrawalRequest
+from payouts.models import WithdrawalPayout, WithdrawalRequest
 from sagas import engine
-from tests.factories import DepositOrderFactory, DepositPaymentFactory, DepositReleaseFactory
+from tests.factories import (
+    DepositOrderFactory,
+    DepositPaymentFactory,
+    DepositReleaseFactory,
+    PayoutAttemptFactory,
+    StellarReceiptFactory,
+    WithdrawalPayoutFactory,
+    WithdrawalRequestFactory,
+)
 from tests.flows import Customer, Wallet, wait_for
 
 ACCOUNT_NUMBER = "50100123456789"
@@ -133,6 +146,33 @@ def test_secrets_tokens_and_bank_details_are_masked_wherever_they_appear(capture
     assert "HDFC0001234" in lines[4]["event"]  # a branch code is not a secret
 
 
+_EARLY_LINE_SCRIPT = r"""
+import logging
+from corridor.logging import json_formatter
+formatter = json_formatter()
+# A gunicorn master formats lines before Django is set up; its workers fork from it.
+formatter.format(logging.LogRecord("gunicorn.error", logging.INFO, "", 1, "early", (), None))
+import django
+django.setup()
+from django.conf import settings
+print(formatter.format(logging.LogRecord("gunicorn.error", logging.INFO, "", 1, "late %s",
+                                         (settings.AP_PLATFORM_AUTH_SECRET,), None)))
+"""
+
+
+def test_secrets_are_masked_even_after_a_line_logged_before_settings_were_ready():
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", _EARLY_LINE_SCRIPT], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ,
+                               "DJANGO_SETTINGS_MODULE": "corridor.settings"})
+
+    assert done.returncode == 0, done.stderr
+    line = json.loads(done.stdout.strip().splitlines()[-1])
+    assert line["event"] == "late [REDACTED]"
+
+
 # --- ids bound at the entry points -------------------------------------------------------
 
 @pytest.mark.django_db
@@ -176,21 +216,16 @@ def test_deposit_services_bind_the_transaction_id(captured, monkeypatch):
 
 
 def _withdrawal(transaction_id: str, **extra) -> WithdrawalRequest:
-    return WithdrawalRequest.objects.create(
-        transaction_id=transaction_id, amount_in=Decimal("10"), fee=Decimal("0.5"),
-        amount_out=Decimal("798.00"), amount_out_paise=79800, rate=Decimal("84"),
-        beneficiary_type="bank_account", beneficiary_display="Asha Verma ****6789",
-        contact_id="cont_1", fund_account_id="fa_1", memo="42", memo_type="id",
-        funds_requested_at=timezone.now(), **extra)
+    return WithdrawalRequestFactory(transaction_id=transaction_id, memo="42", memo_type="id",
+                                    funds_requested_at=timezone.now(), **extra)
 
 
 @pytest.mark.django_db
 def test_withdrawal_process_and_the_guard_bind_the_transaction_id(captured, monkeypatch):
     _withdrawal("tx-w1")
-    payout = WithdrawalPayout.objects.create(transaction_id="tx-w2", amount_paise=79800,
-                                             fund_account_id="fa_1")
-    PayoutAttempt.objects.create(payout=payout, number=1, idempotency_key=uuid.uuid4(),
-                                 provider_payout_id="pout_1")
+    payout = WithdrawalPayoutFactory(transaction_id="tx-w2", amount_paise=79800,
+                                     fund_account_id="fa_1")
+    PayoutAttemptFactory(payout=payout, number=1, provider_payout_id="pout_1")
 
     class Provider:
         def fetch(self, _payout_id):
@@ -274,10 +309,10 @@ def _known_state(now):
     DepositReleaseFactory(status=DepositRelease.Status.MANUAL_REVIEW)
     stuck = DepositReleaseFactory(status=DepositRelease.Status.SUBMITTING)
     DepositRelease.objects.filter(pk=stuck.pk).update(created_at=now - timedelta(seconds=120))
-    WithdrawalPayout.objects.create(transaction_id="tx-done", amount_paise=100,
-                                    fund_account_id="fa", status="completed")
-    slow = WithdrawalPayout.objects.create(transaction_id="tx-slow", amount_paise=100,
-                                           fund_account_id="fa")
+    WithdrawalPayoutFactory(transaction_id="tx-done", amount_paise=100, fund_account_id="fa",
+                            status="completed")
+    slow = WithdrawalPayoutFactory(transaction_id="tx-slow", amount_paise=100,
+                                   fund_account_id="fa")
     WithdrawalPayout.objects.filter(pk=slow.pk).update(created_at=now - timedelta(seconds=300))
     for status, due_s in (("running", 60), ("completed", 600)):
         saga = engine.start(kind="testing", reference=f"obs-{uuid.uuid4()}",
@@ -328,10 +363,9 @@ def test_metrics_report_rows_by_status_lags_and_outcomes(client):
 
 @pytest.mark.django_db
 def test_poller_lag_counts_a_receipt_whose_withdrawal_has_no_payout(client):
-    from payouts.models import StellarReceipt
 
     w = _withdrawal("tx-lag", destination="GDEST")
-    StellarReceipt.objects.create(
+    StellarReceiptFactory(
         paging_token="1", tx_hash="ab" * 32, from_account="GSRC", to_account="GDEST",
         asset="USDC:GISSUER", amount=Decimal("10"), memo_type="id", memo=w.memo,
         created_at=timezone.now() - timedelta(seconds=45))
@@ -343,10 +377,10 @@ def test_poller_lag_counts_a_receipt_whose_withdrawal_has_no_payout(client):
 
 @pytest.mark.django_db
 def test_health_reports_the_age_of_the_oldest_stuck_release_payout_and_saga(client):
-    empty = client.get("/health/").json()["oldest_stuck"]
+    empty = client.get("/health/ready").json()["oldest_stuck"]
     _known_state(timezone.now())
 
-    stuck = client.get("/health/").json()["oldest_stuck"]
+    stuck = client.get("/health/ready").json()["oldest_stuck"]
 
     assert empty == {"release": None, "payout": None, "saga": None}
     assert 119 <= stuck["release"] < 150
@@ -367,7 +401,7 @@ def test_a_saga_with_a_live_lease_or_a_future_wake_is_not_stuck(client):
             wake_at=wake_at, lease_until=lease_until,
             lease_owner="worker-1" if lease_until else "")
 
-    assert client.get("/health/").json()["oldest_stuck"]["saga"] is None
+    assert client.get("/health/ready").json()["oldest_stuck"]["saga"] is None
 
 
 # --- a full deposit and withdrawal, every line read back ------------------------------
@@ -443,3 +477,127 @@ def test_a_full_deposit_and_withdrawal_log_json_with_their_ids_and_no_secrets(
     for needle in [ACCOUNT_NUMBER, *tokens, *(getattr(settings, n) for n in SECRET_SETTINGS)]:
         assert needle not in text, needle
     assert DepositOrder.objects.get(transaction_id=deposit_id).status == "paid"
+
+
+# --- every process's own lines: gunicorn, the Celery worker and beat -----------------
+
+def _json_lines(text: str) -> list[dict]:
+    """Every non-empty line of ``text`` as JSON with level, event and logger (fails
+    with the line otherwise)."""
+    parsed = []
+    for line in filter(None, (raw.strip() for raw in text.splitlines())):
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            pytest.fail(f"not a JSON line: {line!r}")
+        assert isinstance(item, dict) and {"level", "event", "logger"} <= set(item), line
+        parsed.append(item)
+    return parsed
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_gunicorn_error_and_access_lines_are_json():
+    from tests.flows import Gunicorn
+
+    jwt_token = "eyJhbGciOiJIUzI1NiJ9.eyJqdGkiOiJ0eC0xIn0.c2lnbmF0dXJlLXNpZ25hdHVyZQ"
+    server = Gunicorn("logs", "--workers", "1")
+    try:
+        import httpx
+
+        httpx.get(f"{server.url}/health/", headers={"X-Request-Id": "req-gunicorn-1"},
+                  timeout=10)
+        httpx.get(f"{server.url}/sep24/interactive",
+                  params={"transaction_id": "tx-1", "token": jwt_token}, timeout=10)
+    finally:
+        server.stop()
+
+    lines = _json_lines(server.stderr_path.read_text())
+    assert server.stdout_path.read_text() == ""
+    loggers = {line["logger"] for line in lines}
+    assert {"gunicorn.error", "gunicorn.access"} <= loggers
+    assert any(line["event"].startswith("Booting worker") for line in lines)
+    access = [line for line in lines if line["logger"] == "gunicorn.access"]
+    health = next(line for line in access if line.get("request_id") == "req-gunicorn-1")
+    assert {k: health[k] for k in ("event", "method", "path", "status")} == {
+        "event": "access", "method": "GET", "path": "/health/", "status": 200}
+    assert isinstance(health["duration_ms"], float)
+    assert any(line["path"] == "/sep24/interactive" for line in access)
+    assert jwt_token not in server.stderr_path.read_text()
+
+
+def _procfile_argv(name: str) -> list[str]:
+    """The Procfile's command line for process ``name``, run with this interpreter."""
+    import shlex
+
+    from honcho.environ import parse_procfile
+
+    from tests.conftest import ROOT
+
+    argv = shlex.split(parse_procfile((ROOT / "Procfile").read_text()).processes[name])
+    assert argv[0] == "celery", argv
+    return [sys.executable, "-m", "celery", *argv[1:]]
+
+
+class _Process:
+    """A process of the Procfile on the test database and broker, stdout and stderr
+    kept apart."""
+
+    def __init__(self, name: str, argv: list[str]):
+        from tests.conftest import ARTIFACTS, ROOT
+        from tests.flows import subprocess_env
+
+        ARTIFACTS.mkdir(exist_ok=True)
+        self.stdout_path = ARTIFACTS / f"{name}.out"
+        self.stderr_path = ARTIFACTS / f"{name}.err"
+        self._out = open(self.stdout_path, "w")  # noqa: SIM115 - closed in stop()
+        self._err = open(self.stderr_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=subprocess_env(), stdout=self._out,
+                                     stderr=self._err)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._out.close()
+        self._err.close()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_celery_worker_and_beat_of_the_procfile_write_only_json_lines():
+    from corridor.celery import app
+    from tests.flows import purge_broker, wait_for
+
+    purge_broker()
+    # The Procfile's lines; one pool process and no peer chatter keep the test light.
+    worker = _Process("celery-json-worker", [*_procfile_argv("worker"), "--concurrency", "1",
+                                             "--without-gossip", "--without-mingle"])
+    beat = _Process("celery-json-beat", _procfile_argv("beat"))
+    try:
+        wait_for(lambda: "ready." in worker.stderr_path.read_text()
+                 or worker.proc.poll() is not None, timeout=60, what="worker ready")
+        result = app.send_task("anchor.tasks.reconcile_releases")
+        wait_for(lambda: f"{result.id}] succeeded" in worker.stderr_path.read_text()
+                 or worker.proc.poll() is not None, timeout=30, what="task done")
+        wait_for(lambda: "beat: Starting" in beat.stderr_path.read_text()
+                 or beat.proc.poll() is not None, timeout=30, what="beat started")
+    finally:
+        worker.stop()
+        beat.stop()
+
+    worker_lines = _json_lines(worker.stderr_path.read_text())
+    beat_lines = _json_lines(beat.stderr_path.read_text())
+    # No banners (--quiet); Celery's one unconditional print is its shutdown notice.
+    assert worker.stdout_path.read_text().split() == "worker: Warm shutdown (MainProcess)".split()
+    assert beat.stdout_path.read_text() == ""
+    done = [line for line in worker_lines if line.get("task_id") == result.id]
+    assert any("succeeded" in line["event"] for line in done), done
+    assert {line["task_name"] for line in done} == {"anchor.tasks.reconcile_releases"}
+    assert any(line["logger"] == "celery.apps.worker" and line["event"].endswith("ready.")
+               for line in worker_lines)
+    assert any(line["logger"] == "celery.beat" and "beat: Starting" in line["event"]
+               for line in beat_lines)

@@ -13,10 +13,8 @@ a refusal (permission, state, evidence) changes nothing and writes no audit row.
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import time
-import uuid
 from decimal import Decimal
 
 import pytest
@@ -44,7 +42,6 @@ from payouts import poller
 from payouts.models import (
     PayoutAttempt,
     PayoutEvent,
-    StellarReceipt,
     WithdrawalPayout,
     WithdrawalRefund,
     WithdrawalRequest,
@@ -55,17 +52,41 @@ from sagas import operations as saga_ops
 from sagas.legs import Leg, LegOutcome, ManualReviewError, Plan
 from sagas.models import ReviewItem, Saga, SagaEvent, SagaStep
 from sagas.plans.testing import LEGS, LedgerLeg
-from tests.factories import DepositOrderFactory, DepositPaymentFactory, DepositReleaseFactory
-from tests.flows import Wallet, wait_for
-from tests.test_deposit_flow import assert_paid_once as assert_released_once
-from tests.test_deposit_flow import paid_deposit, start_and_pay
-from tests.test_withdrawal_flow import ap, sandbox_payouts, settle, start_withdrawal
+from tests.factories import (
+    ApTransactionEventFactory,
+    DepositOrderFactory,
+    DepositPaymentFactory,
+    DepositReleaseFactory,
+    PayoutAttemptFactory,
+    PayoutEventFactory,
+    ReleaseEventFactory,
+    StellarReceiptFactory,
+    WithdrawalPayoutFactory,
+    WithdrawalRefundFactory,
+    WithdrawalRequestFactory,
+)
+from tests.flows import (
+    NOTE,
+    Wallet,
+    ap,
+    assert_released_once,
+    changelist,
+    confirm,
+    confirmation_page,
+    paid_deposit,
+    paid_withdrawal,
+    refused,
+    sandbox_payouts,
+    settle,
+    short_withdrawal,
+    start_and_pay,
+    sync_groups,
+    wait_for,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-NOTE = "ticket OPS-42: checked with the bank"
 _refs = itertools.count()
-sync_groups = importlib.import_module("sagas.migrations.0004_operator_groups").sync_groups
 
 
 # --- people ----------------------------------------------------------------------------
@@ -100,28 +121,6 @@ def auditor(groups, client):
 
 # --- driving an action through the admin -------------------------------------------------
 
-def changelist(model: str) -> str:
-    return reverse(f"admin:{model}_changelist")
-
-
-def confirmation_page(client, model: str, action: str, pk) -> str:
-    """The first POST, as from the changelist's action menu: the confirmation page."""
-    response = client.post(changelist(model), {"action": action, ACTION_CHECKBOX_NAME: [pk]})
-    assert response.status_code == 200, response.content[:500]
-    page = response.content.decode()
-    assert "What will happen" in page
-    assert 'name="post" value="yes"' in page
-    return page
-
-
-def confirm(client, model: str, action: str, pk, **fields) -> list[str]:
-    """The second POST, from the confirmation page; returns the messages shown."""
-    response = client.post(changelist(model), {"action": action, ACTION_CHECKBOX_NAME: [pk],
-                                               "post": "yes", "note": NOTE, **fields},
-                           follow=True)
-    assert response.status_code == 200
-    return [str(m) for m in response.context["messages"]]
-
 
 def forged(client, model: str, action: str, pk, **fields) -> None:
     """Someone without the action's permission posts it anyway (both steps): Django's
@@ -135,10 +134,6 @@ def forged(client, model: str, action: str, pk, **fields) -> None:
         assert [str(m) for m in response.context["messages"]] in ([], ["No action selected."])
 
 
-def refused(messages_shown: list[str]) -> bool:
-    return any(m.startswith("Refused, nothing changed") for m in messages_shown)
-
-
 def assert_one_audit_row(rows, *, event: str, operator: User) -> None:
     rows = list(rows)
     assert [(r.event, r.operator, r.note) for r in rows] == [(event, operator.username, NOTE)]
@@ -149,7 +144,8 @@ def assert_one_audit_row(rows, *, event: str, operator: User) -> None:
 ACTION_PERMS = {
     "anchor.redrive_release", "anchor.expire_ap_transaction", "payouts.confirm_payout_paid",
     "payouts.mark_payout_failed", "payouts.new_payout_attempt",
-    "payouts.accept_short_withdrawal", "payouts.refund_withdrawal", "sagas.resume_saga",
+    "payouts.accept_short_withdrawal", "payouts.refund_withdrawal", "payouts.refund_receipt",
+    "sagas.resume_saga",
     "sagas.retry_saga_step", "sagas.compensate_saga", "sagas.resolve_saga",
 }
 
@@ -347,32 +343,30 @@ def console_rows() -> None:
     release = DepositReleaseFactory(status="manual_review", last_error="attempts exhausted")
     DepositOrderFactory(transaction_id=release.transaction_id)
     DepositPaymentFactory(transaction_id=release.transaction_id)
-    ReleaseEvent.objects.create(release=release, event="release.redrive", operator="alice",
-                                note=NOTE, detail={"chain": "dead"})
-    request = WithdrawalRequest.objects.create(
-        transaction_id=str(uuid.uuid4()), status="manual_review", amount_in=Decimal(10),
-        fee=Decimal("0.5"), amount_out=Decimal(798), amount_out_paise=79800, rate=Decimal(84),
+    ReleaseEventFactory(release=release, event="release.redrive", operator="alice",
+                        note=NOTE, detail={"chain": "dead"})
+    request = WithdrawalRequestFactory(
+        status="manual_review", amount_in=Decimal(10), fee=Decimal("0.5"),
+        amount_out=Decimal(798), amount_out_paise=79800, rate=Decimal(84),
         beneficiary_type="vpa", beneficiary_display="as***@okhdfc", contact_id="cont_1",
         fund_account_id="fa_1", memo="4242", memo_type="id", received_amount=Decimal("9.5"),
         review_reason="short: received 9.5 of 10; grace period over",
         chain_evidence=[{"tx_hash": "ab" * 32, "amount": "9.5000000"}])
-    StellarReceipt.objects.create(
+    StellarReceiptFactory(
         paging_token="123", tx_hash="ab" * 32, from_account="G" + "A" * 55,
         to_account="G" + "B" * 55, asset="USDC:G" + "C" * 55, amount=Decimal("9.5"),
-        memo_type="id", memo="4242", created_at=timezone.now())
-    payout = WithdrawalPayout.objects.create(
-        transaction_id=str(uuid.uuid4()), status="reversed", amount_paise=79800,
-        fund_account_id="fa_2", reference="UTR000111", last_error="reversed by the bank")
-    PayoutAttempt.objects.create(payout=payout, number=1, idempotency_key=uuid.uuid4(),
-                                 provider_payout_id="pout_1", provider_status="reversed")
-    PayoutEvent.objects.create(transaction_id=payout.transaction_id, payout=payout,
-                               event="payout.confirm_paid", operator="alice", note=NOTE)
-    WithdrawalRefund.objects.create(
-        request=request, transaction_id=request.transaction_id, status="submitting",
-        destination="G" + "A" * 55, amount=Decimal("9.5"), source_account="G" + "B" * 55,
-        sequence=7, envelope_xdr="AAAA", tx_hash="cd" * 32, max_time=timezone.now())
-    ApTransactionEvent.objects.create(transaction_id=str(uuid.uuid4()), kind="deposit",
-                                      event="ap.expired", operator="alice", note=NOTE)
+        memo_type="id", memo="4242")
+    payout = WithdrawalPayoutFactory(status="reversed", amount_paise=79800,
+                                     fund_account_id="fa_2", reference="UTR000111",
+                                     last_error="reversed by the bank")
+    PayoutAttemptFactory(payout=payout, number=1, provider_payout_id="pout_1",
+                         provider_status="reversed")
+    PayoutEventFactory(payout=payout, event="payout.confirm_paid", operator="alice", note=NOTE)
+    WithdrawalRefundFactory(
+        request=request, status="submitting", destination="G" + "A" * 55,
+        amount=Decimal("9.5"), source_account="G" + "B" * 55, sequence=7, envelope_xdr="AAAA",
+        tx_hash="cd" * 32)
+    ApTransactionEventFactory(kind="deposit", event="ap.expired", operator="alice", note=NOTE)
 
 
 def test_an_auditor_opens_every_read_view_and_sees_no_action(gate_plan, auditor, client):
@@ -505,11 +499,6 @@ def test_redrive_of_a_release_on_chain_is_refused(sbx, operator, client):
 
 # --- payouts (sandbox) ------------------------------------------------------------------------
 
-def paid_withdrawal(sbx, amount="10"):
-    wallet, transaction_id, pay = start_withdrawal(sbx)
-    wallet.pay(destination=pay["destination"], amount=amount, memo=pay["memo"])
-    return wallet, transaction_id
-
 
 def test_a_reversed_payout_paid_again_outside_is_confirmed_with_its_utr(sbx, groups, client,
                                                                         monkeypatch):
@@ -587,9 +576,11 @@ def test_mark_failed_then_a_new_key_pays_once(sbx, operator, client, settings):
     shown = confirm(client, "payouts_withdrawalpayout", "new_attempt", payout.pk,
                     name="Asha Rao", account_number="50100999988887", ifsc="HDFC0000123")
 
-    # The settlement window counts from the new attempt, not from the first claim.
+    # The settlement window counts from the new attempt, not from the first claim,
+    # which keeps its time.
     assert shown == [f"Payout {transaction_id}: attempt 2 sent, now processing."]
-    assert WithdrawalPayout.objects.get(pk=payout.pk).created_at >= minted_after
+    assert WithdrawalPayout.objects.get(pk=payout.pk).clock_started_at >= minted_after
+    assert WithdrawalPayout.objects.get(pk=payout.pk).created_at == payout.created_at
     payout = settle(transaction_id)
     assert payout.status == "completed" and payout.ap_completed_at
     assert ap(transaction_id)["status"] == "completed"
@@ -648,21 +639,6 @@ def test_a_payout_stuck_with_the_provider(sbx, operator, client, settings):
 
 
 # --- withdrawals (sandbox) --------------------------------------------------------------------
-
-def short_withdrawal(sbx, settings):
-    """A customer paid 9.5 of 10 USDC; the grace period passed: manual_review."""
-    wallet, transaction_id = paid_withdrawal(sbx, amount="9.5")
-
-    def in_review():
-        poller.poll_withdrawals()
-        return WithdrawalRequest.objects.filter(transaction_id=transaction_id,
-                                                status="manual_review").first()
-
-    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="AP observer")
-    request = wait_for(in_review, timeout=settings.WITHDRAW_SHORT_GRACE_S + 10, interval=0.3,
-                       what="short withdrawal in review")
-    assert "short" in request.review_reason
-    return wallet, request
 
 
 def test_accept_a_short_withdrawal_after_expiry_is_refused(sbx, operator, client, settings):

@@ -29,7 +29,7 @@ from ledger.models import Entry, Posting
 from sagas import anchor31, engine, hub, remittances
 from sagas.models import HubPayment, Saga, SagaEvent, SagaStep
 from sagas.plans.remittance import AnchorFund
-from tests.flows import run_manage, wait_for
+from tests.flows import drive, run_manage, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -91,20 +91,9 @@ def partner_pays(sandbox, remittance: dict, amount: str | None = None) -> str:
     return reply.json()["hash"]
 
 
-def drive(saga_id: int, worker: str = "driver", timeout: float = 30.0) -> str:
-    """Run the saga as the Celery task would, waiting out its retries and pendings."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = engine.run(saga_id, worker, dispatch=False)
-        if result.status not in Saga.OPEN_STATUSES:
-            return result.status
-        assert time.monotonic() < deadline, f"saga {saga_id} still {result.status}"
-        time.sleep(0.05)
-
-
 def ends(saga_id: int, status: str, worker: str = "driver") -> None:
     """Drive the saga to its end and check it is ``status``, saying why if not."""
-    got = drive(saga_id, worker)
+    got = drive(saga_id, worker, timeout=30.0).status
     if got != status:
         saga = Saga.objects.get(pk=saga_id)
         trail = list(SagaEvent.objects.filter(saga=saga).order_by("id")

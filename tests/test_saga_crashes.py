@@ -16,8 +16,7 @@ from django.conf import settings
 
 from sagas import engine
 from sagas.models import Saga, SagaStep
-from tests.flows import run_manage, wait_for
-from tests.test_sagas import drive, fail_at, invariant_violations, new_saga
+from tests.flows import drive, fail_at, invariant_violations, new_saga, run_manage, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

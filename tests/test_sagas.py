@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from decimal import Decimal
 
 import pytest
@@ -21,45 +21,34 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from ledger import services as ledger
-from ledger.models import Entry, Posting
+from ledger.models import Entry
 from ledger.services import Line
 from sagas import engine, plans
 from sagas.legs import Booking, Leg, LegOutcome, Pending, Plan
 from sagas.models import Saga, SagaEvent, SagaStep
 from sagas.plans.testing import LEGS, LedgerLeg
 from tests.dbcount import count_write_commits
-from tests.flows import CeleryWorker, purge_broker, run_manage, wait_for
+from tests.flows import (
+    CeleryWorker,
+    bookings,
+    drive,
+    events,
+    fail_at,
+    invariant_violations,
+    new_saga,
+    purge_broker,
+    run_manage,
+    wait_for,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 S = Saga.Status
 D = Decimal
 KINDS = [kind for kind, _ in LEGS]  # test.fill, test.convert, test.fund, test.payout
-_refs = itertools.count()
 
 
-# --- helpers shared with tests/test_saga_crashes.py ------------------------------------
-
-def new_saga(kind: str = "testing", **input_) -> Saga:
-    input_.setdefault("amount", "10.00")
-    return engine.start(kind=kind, reference=f"ref-{time.time_ns()}-{next(_refs)}",
-                        input=input_, dispatch=False)
-
-
-def fail_at(leg: str, mode: str, **more) -> dict:
-    return {"faults": {"fail_at": {"leg": leg, "mode": mode, **more}}}
-
-
-def drive(saga_id: int, worker: str = "driver", timeout: float = 10.0) -> engine.RunResult:
-    """Run the saga as one worker would, waiting out retries and pendings, until it
-    stops. (Celery does the waiting in production; see test_celery_*.)"""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = engine.run(saga_id, worker, dispatch=False)
-        if result.status not in Saga.OPEN_STATUSES:
-            return result
-        assert time.monotonic() < deadline, f"saga {saga_id} still {result.status}"
-        time.sleep(0.02)
+# --- helpers of this module (the shared ones are in tests/flows.py) --------------------
 
 
 def row_version(saga_id: int) -> tuple:
@@ -69,66 +58,6 @@ def row_version(saga_id: int) -> tuple:
         cur.execute("SELECT xmin::text FROM sagas WHERE id = %s", [saga_id])
         xmin = cur.fetchone()[0]
     return xmin, SagaEvent.objects.filter(saga_id=saga_id).count()
-
-
-def events(saga_id: int, *names: str) -> list[tuple]:
-    rows = SagaEvent.objects.filter(saga_id=saga_id).order_by("id")
-    if names:
-        rows = rows.filter(event__in=names)
-    return [(e.event, e.idx) for e in rows]
-
-
-def bookings(saga_id: int) -> list[str]:
-    return list(Entry.objects.filter(saga_id=saga_id).order_by("id")
-                .values_list("idempotency_key", flat=True))
-
-
-def invariant_violations(saga_id: int) -> list[str]:
-    """DESIGN.md §8 invariants 2-5 for one saga, as a list of what is wrong.
-
-    2 nothing lost: the saga ended completed, compensated or in manual_review.
-    3 ledger: every entry sums to zero per currency, balances equal postings; a
-      compensated saga nets every account it touched back to zero.
-    4 compensations ran strictly last-to-first over the completed steps, once each,
-      each with its own booking keyed ``:undo`` in the same order.
-    5 no write from a stale fence: event fences never go down; each step booked once
-      forward and once back at most."""
-    saga = Saga.objects.get(pk=saga_id)
-    steps = list(SagaStep.objects.filter(saga=saga).order_by("idx"))
-    wrong = []
-    if saga.status in Saga.OPEN_STATUSES:
-        wrong.append(f"2: saga still {saga.status}")
-    trial = ledger.trial_balance()
-    if not trial.ok:
-        wrong.append(f"3: trial balance {trial}")
-    if saga.status == S.COMPENSATED:
-        net: dict = defaultdict(Decimal)
-        for code, ccy, amount in Posting.objects.filter(entry__saga_id=saga_id).values_list(
-                "account__code", "account__currency", "amount"):
-            net[(code, ccy)] += amount
-        if any(net.values()):
-            wrong.append(f"3: compensated saga nets {dict(net)}")
-    undone = [idx for event, idx in events(saga_id, "step.compensated")]
-    compensated = [s.idx for s in steps if s.status == SagaStep.Status.COMPENSATED]
-    if undone != sorted(compensated, reverse=True):
-        wrong.append(f"4: compensations ran in order {undone}")
-    if saga.status == S.COMPENSATED:
-        failed = next((s.idx for s in steps if s.status == SagaStep.Status.FAILED), None)
-        if failed is None or compensated != list(range(failed)):
-            wrong.append(f"4: failed step {failed}, compensated {compensated}")
-    undo_keys = [k for k in bookings(saga_id) if k.endswith(":undo")]
-    if undo_keys != [f"{saga_id}:{idx}:undo" for idx in undone]:
-        wrong.append(f"4: undo bookings {undo_keys} for compensations {undone}")
-    fences = [e.fence for e in SagaEvent.objects.filter(saga=saga).order_by("id")]
-    if fences != sorted(fences):
-        wrong.append(f"5: event fences went down: {fences}")
-    per_step = Counter(k.split("@")[0] for k in bookings(saga_id))
-    done = [s.idx for s in steps if s.status in ("done", "compensating", "compensated")]
-    expected = Counter({f"{saga_id}:{i}": 1 for i in done}
-                       | {f"{saga_id}:{i}:undo": 1 for i in compensated})
-    if per_step != expected:
-        wrong.append(f"5: bookings {dict(per_step)}, expected {dict(expected)}")
-    return wrong
 
 
 # --- test-local plans -------------------------------------------------------------------

@@ -13,10 +13,20 @@ import pytest
 from django.conf import settings
 from stellar_sdk import Asset
 
-from anchor import platform
 from payouts import poller
 from payouts.models import PayoutAttempt, WithdrawalPayout, WithdrawalRequest
-from tests.flows import Customer, Wallet, run_manage, wait_for
+from tests.flows import (
+    Customer,
+    Wallet,
+    ap,
+    assert_payout_once,
+    pay_and_wait_for_ap,
+    run_manage,
+    sandbox_payouts,
+    settle,
+    start_withdrawal,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -27,54 +37,6 @@ def sbx(clean_sandbox):
     return clean_sandbox
 
 
-def start_withdrawal(sandbox, *, amount="10", account=None, **beneficiary):
-    """A funded wallet starts a withdrawal and fills the form; returns (wallet, id, pay)."""
-    wallet = Wallet(sandbox)
-    wallet.fund_usdc("100")
-    transaction_id, url = wallet.start_withdrawal(account=account)
-    pay = Customer(sandbox).submit_withdrawal(url, amount, **beneficiary)
-    return wallet, transaction_id, pay
-
-
-def sandbox_payouts(sandbox, transaction_id):
-    rows = sandbox.http.get("/razorpay/sandbox/payouts").json()
-    rows = rows.get("payouts", rows) if isinstance(rows, dict) else rows
-    return [p for p in rows if p.get("reference_id") == transaction_id]
-
-
-def ap(transaction_id):
-    return platform.get_transaction(transaction_id)
-
-
-def settle(transaction_id, *, rounds=20):
-    """Poll as beat would until AP completes or our row stops moving."""
-    for _ in range(rounds):
-        poller.poll_withdrawals()
-        payout = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
-        if payout and payout.status != "processing" and (
-                payout.status != "completed" or payout.ap_completed_at):
-            return payout
-        time.sleep(0.3)
-    return WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
-
-
-def assert_paid_once(sandbox, transaction_id):
-    payout = WithdrawalPayout.objects.get(transaction_id=transaction_id)
-    request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
-    payouts = sandbox_payouts(sandbox, transaction_id)
-    assert len(payouts) == 1, payouts
-    assert payouts[0]["amount"] == request.amount_out_paise
-    assert payout.status == "completed"
-    tx = ap(transaction_id)
-    assert tx["status"] == "completed"
-    assert tx["external_transaction_id"] == payout.reference != ""
-    return payout
-
-
-def pay_and_wait_for_ap(wallet, pay, amount="10", **kw):
-    wallet.pay(destination=pay["destination"], amount=amount, memo=pay["memo"], **kw)
-
-
 def test_happy_path_from_the_interactive_page_to_ap_completed_with_the_utr(sbx):
     wallet, transaction_id, pay = start_withdrawal(sbx)
     assert pay["destination"] == WithdrawalRequest.objects.get().destination
@@ -83,7 +45,7 @@ def test_happy_path_from_the_interactive_page_to_ap_completed_with_the_utr(sbx):
     pay_and_wait_for_ap(wallet, pay)
 
     assert settle(transaction_id).status == "completed"
-    payout = assert_paid_once(sbx, transaction_id)
+    payout = assert_payout_once(sbx, transaction_id)
     assert PayoutAttempt.objects.get(payout=payout).provider_status == "processed"
     request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
     assert request.amount_out == (Decimal("10") - settings.WITHDRAW_FEE_USDC) * \
@@ -108,7 +70,7 @@ def test_worker_killed_at_each_boundary_pays_once(sbx, crash_at):
 
     assert killed.returncode == -9, killed.stdout[-1000:] + killed.stderr[-2000:]
     settle(transaction_id)
-    assert_paid_once(sbx, transaction_id)
+    assert_payout_once(sbx, transaction_id)
 
 
 def test_without_the_guard_a_killed_worker_pays_twice(sbx, settings):
@@ -148,7 +110,7 @@ def test_duplicated_and_early_payout_webhooks_complete_once(sbx):
     settle(transaction_id)
     time.sleep(0.5)
 
-    assert_paid_once(sbx, transaction_id)
+    assert_payout_once(sbx, transaction_id)
     assert PayoutAttempt.objects.count() == 1
 
 
@@ -181,7 +143,7 @@ def test_5xx_after_create_recovers_with_the_same_key(sbx):
     assert (first.status, first.provider_payout_id) == ("processing", "")
 
     settle(transaction_id)
-    assert_paid_once(sbx, transaction_id)
+    assert_payout_once(sbx, transaction_id)
     assert PayoutAttempt.objects.filter(payout=first).count() == 1
 
 
@@ -228,7 +190,7 @@ def test_a_split_payment_5_plus_5_is_summed_and_paid_once(sbx):
     pay_and_wait_for_ap(wallet, pay, amount="5")
 
     settle(transaction_id)
-    assert_paid_once(sbx, transaction_id)
+    assert_payout_once(sbx, transaction_id)
     assert WithdrawalRequest.objects.get(transaction_id=transaction_id).received_amount == 10
 
 
@@ -269,7 +231,7 @@ def test_a_memo_id_above_2_63_round_trips(sbx):
     pay_and_wait_for_ap(wallet, pay)
 
     settle(transaction_id)
-    assert_paid_once(sbx, transaction_id)
+    assert_payout_once(sbx, transaction_id)
 
 
 def test_a_wallet_paying_from_a_muxed_address(sbx):
@@ -284,7 +246,7 @@ def test_a_wallet_paying_from_a_muxed_address(sbx):
     settle(transaction_id)
     request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
     assert request.status != "manual_review", (request.review_reason, request.chain_evidence)
-    assert_paid_once(sbx, transaction_id)
+    assert_payout_once(sbx, transaction_id)
     assert WithdrawalPayout.objects.get(transaction_id=transaction_id).mode == "UPI"
 
 

@@ -16,6 +16,11 @@ class ProviderError(Exception):
     under this key."""
 
 
+class PayoutNotFound(ProviderError):
+    """The provider holds no payout under this id for our account (a definite answer,
+    unlike a 5xx or a timeout)."""
+
+
 @dataclass
 class ProviderPayout:
     """A payout as the provider reports it. ``status`` uses RazorpayX's names
@@ -80,7 +85,9 @@ class PayoutProvider(Protocol):
         """Every payout the provider holds under our ``reference``."""
 
     def fetch(self, payout_id: str) -> ProviderPayout:
-        """One payout's current state."""
+        """One payout's current state, read from the provider's API. Raises
+        PayoutNotFound when it has no such payout, rzp.RazorpayError (or the provider's
+        transport error) when it cannot be asked."""
 
     def verify_webhook(self, body: bytes, signature: str) -> bool:
         """Signature over the raw request bytes."""

@@ -6,6 +6,7 @@ transaction id (<= 40) and is how we find a payout whose create answer was lost.
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 
 import httpx
 from django.conf import settings
@@ -14,6 +15,7 @@ from anchor import razorpay as rzp
 from payouts.providers.base import (
     Beneficiary,
     DisburseResult,
+    PayoutNotFound,
     ProviderError,
     ProviderPayout,
 )
@@ -107,14 +109,26 @@ class RazorpayX:
         return [_payout(item) for item in response.json().get("items", [])]
 
     def fetch(self, payout_id: str) -> ProviderPayout:
+        """``GET /v1/payouts/{id}`` (NOTES §2.9). A 400/404 to a GET by id means no such
+        payout for our key (Razorpay: 400 "The id provided does not exist"): raises
+        PayoutNotFound. 5xx, 401, 429, timeouts and unreadable answers raise
+        rzp.RazorpayError (ask again later)."""
         try:
             with self._client() as client:
-                response = client.get(f"/v1/payouts/{payout_id}")
+                response = client.get(f"/v1/payouts/{quote(payout_id, safe='')}")
         except httpx.HTTPError as exc:
             raise rzp.RazorpayError(f"fetch: {type(exc).__name__}") from exc
+        if response.status_code in (400, 404):
+            raise PayoutNotFound(f"fetch {payout_id}: {_describe(response)}")
         if response.status_code != 200:
             raise rzp.RazorpayError(f"fetch {payout_id}: HTTP {response.status_code}")
-        return _payout(response.json())
+        try:
+            entity = response.json()
+            if not isinstance(entity, dict) or not isinstance(entity.get("id"), str):
+                raise ValueError("not a payout entity")
+            return _payout(entity)
+        except (ValueError, TypeError) as exc:
+            raise rzp.RazorpayError(f"fetch {payout_id}: unreadable answer: {exc}") from exc
 
     def verify_webhook(self, body: bytes, signature: str) -> bool:
         return rzp.verify_webhook(body, signature)

@@ -162,7 +162,7 @@ class BridgeFill(Leg):
                               memo=ctx.saga.reference)
         try:
             tx_hash = hub.pay(ctx, payment, crash_name="remittance.partner_refund.paid")
-        except hub.HubBusy as exc:
+        except (hub.HubBusy, hub.HubPaymentUnknown) as exc:
             return Pending(HUB_BUSY_RETRY_S, str(exc))
         partner, refunds = _partner(ctx), partner_refunds_account(ctx.saga.input["partner"])
         return LegOutcome(
@@ -237,7 +237,7 @@ class AnchorFund(Leg):
                 self._check_not_rejected(intent)
             try:
                 tx_hash = hub.pay(ctx, payment, crash_name="remittance.anchor_fund.paid")
-            except hub.HubBusy as exc:
+            except (hub.HubBusy, hub.HubPaymentUnknown) as exc:
                 return Pending(HUB_BUSY_RETRY_S, str(exc))
         return LegOutcome(
             output={**intent, "tx_hash": tx_hash, "funded_at": timezone.now().isoformat()},

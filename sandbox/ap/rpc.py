@@ -19,6 +19,10 @@ Fault switches:
   -32603 ``Failed to retrieve Stellar transaction by ID[<hash>]: ...`` while it fires, as
   when AP's ledger node has not indexed the hash yet (PR #1962). ``params.hashes``
   limits it to those hashes.
+- ``ap.rpc_32603``: the status RPCs named in ``params.methods`` (all of them when
+  absent) answer -32603 with ``params.message`` (default AP 4.2's concurrent
+  modification text, NOTES §1.6) while it fires, before touching the transaction: an
+  AP whose database or event publisher fails (a notify that never lands).
 - ``ap.rpc_slow``: sleep ``params.seconds`` (default 0.5) between validation and the
   write of every status RPC, to open the window in which two concurrent RPCs both pass
   validation (the TOCTOU of PR #1896).
@@ -955,6 +959,10 @@ def dispatch(method: str, params) -> dict:
         return get_transaction(params)
     if method == "get_transactions":
         return get_transactions(params)
+    forced = faults.peek("ap.rpc_32603")
+    if forced is not None and method in (forced.get("methods") or [method]) \
+            and faults.take("ap.rpc_32603") is not None:
+        raise InternalError(forced.get("message") or CONCURRENT_MODIFICATION)
     return status_rpc(method, params)
 
 

@@ -7,6 +7,7 @@ stellar-sdk's ``Server`` works against it unchanged.
   ``stellar_sdk.xdr``);
 - ``service``: ledger-close loop, submission queue, fixed world, friendbot, fault switches
   (``horizon.submit_504_after_apply``, ``horizon.submit_drop``,
-  ``horizon.lookup_404_once``: see its docstring);
+  ``horizon.lookup_404_once``, and the lag faults ``horizon.lookup_lag``,
+  ``horizon.ingest_behind``, ``horizon.split_nodes``: see its docstring);
 - ``render`` / ``views`` / ``urls``: the HTTP surface (``views`` lists the endpoints).
 """

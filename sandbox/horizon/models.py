@@ -212,3 +212,23 @@ class Submission(models.Model):
                                     condition=models.Q(status="queued"),
                                     name="sandbox_horizon_one_queued_per_source")
         ]
+
+
+class AccountSnapshot(models.Model):
+    """An account's ledger state (entry and trustlines) as it stood after ledger
+    ``ledger`` closed, written for every account that ledger changed. A Horizon node
+    whose ingestion is behind (the lag faults of ``service``) answers
+    ``GET /accounts/{id}`` from the latest snapshot at or below its own height.
+    ``data``: ``{"account": {field: value}, "trustlines": [{field: value}]}`` with
+    amounts as 7-decimal strings."""
+
+    ledger = models.IntegerField()
+    account_id = models.CharField(max_length=56)
+    data = models.JSONField()
+
+    class Meta:
+        db_table = "sandbox_horizon_account_snapshots"
+        constraints = [
+            models.UniqueConstraint(fields=["account_id", "ledger"],
+                                    name="sandbox_horizon_snapshot_unique")
+        ]

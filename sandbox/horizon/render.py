@@ -348,8 +348,11 @@ def ledger_record(ledger: models.Ledger, base: str) -> dict:
     return data
 
 
-def root_resource(base: str, latest: models.Ledger, elder: int, passphrase: str) -> dict:
-    """GET / (stellar/go protocols/horizon ``Root``; testnet adds ``friendbot``)."""
+def root_resource(base: str, latest: models.Ledger, elder: int, passphrase: str, *,
+                  core_latest: int | None = None, ingest_latest: int | None = None) -> dict:
+    """GET / (stellar/go protocols/horizon ``Root``; testnet adds ``friendbot``).
+    ``latest``: the last ledger in this node's history; ``core_latest`` /
+    ``ingest_latest``: core's and the ingested state's heights when they differ."""
     links = {
         "account": link(f"{base}/accounts/{{account_id}}", True),
         "accounts": link(f"{base}/accounts{{?signer,sponsor,asset,liquidity_pool,cursor,"
@@ -400,11 +403,11 @@ def root_resource(base: str, latest: models.Ledger, elder: int, passphrase: str)
         "_links": links,
         "horizon_version": HORIZON_VERSION,
         "core_version": CORE_VERSION,
-        "ingest_latest_ledger": latest.sequence,
+        "ingest_latest_ledger": ingest_latest or latest.sequence,
         "history_latest_ledger": latest.sequence,
         "history_latest_ledger_closed_at": rfc3339(latest.closed_at),
         "history_elder_ledger": elder,
-        "core_latest_ledger": latest.sequence,
+        "core_latest_ledger": core_latest or latest.sequence,
         "network_passphrase": passphrase,
         "current_protocol_version": latest.protocol_version,
         "supported_protocol_version": core.PROTOCOL_VERSION,

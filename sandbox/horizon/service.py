@@ -65,6 +65,34 @@ a new envelope that passed validation, i.e. one that would be queued; optional p
   it (django-polaris #640, stellar-horizon PR #222). ``times`` caps how many lookups it
   hides in all; optional param ``hash`` restricts it to that hash.
 
+Lag faults (read by every GET, see ``node_view``; a Horizon node answers each request
+from its own ingested height: ``state`` endpoints, i.e. ``/accounts/{id}``, from its state
+height, history endpoints -- ``/transactions...``, ``/accounts/{id}/transactions|
+payments|operations``, ``/payments``, ``/operations``, ``/ledgers...`` -- from its history
+height; stellar-core is never behind, so submissions are validated against the real
+latest ledger):
+
+- ``horizon.lookup_lag`` (param ``ledgers`` N, default 3): history is N ledgers behind
+  state, as behind a load balancer whose nodes ingest at different speeds: a transaction
+  applied in ledger A answers 404 on ``GET /transactions/{hash}`` (and is missing from
+  history pages) until ledger A + N closes, while ``GET /accounts/{source}`` already
+  shows its new sequence. A re-POST of such an envelope misses it in Horizon's own
+  database; core answers txBAD_SEQ; Horizon sees the account's sequence at or past the
+  envelope's and answers 400 ``tx_bad_seq`` (stellar/go #2628).
+- ``horizon.ingest_behind`` (param ``ledgers`` K, default 3): one node K ledgers behind,
+  consistently: root, ledgers, accounts (from ``AccountSnapshot``), transactions and
+  payments all stop at ledger latest - K, and ``Latest-Ledger`` says so. A re-POST of an
+  envelope applied above that height waits for ingestion and times out (504).
+- ``horizon.split_nodes`` (params ``ledgers`` K, default 3, and ``first``:
+  ``behind`` | ``current``, default ``behind``): two nodes behind one address, one
+  current and one K ledgers behind; stellar-sdk's requests (``X-Client-Name:
+  py-stellar-base``) alternate between them, starting with ``first`` when the switch is
+  set. Other clients (the sandbox's own observers) are served by the current node.
+
+``Latest-Ledger`` is sent only on the state endpoints (``/accounts/{id}``), as Horizon's
+``StateMiddleware`` does (stellar-horizon ``internal/httpx/middleware.go``,
+``router.go`` @ 2abda012): history endpoints, root and submissions carry none.
+
 Waiting uses a condition variable notified after every ledger close, with a short poll
 as a fallback (the sandbox process serves requests and closes ledgers in one process).
 """
@@ -79,12 +107,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, close_old_connections, connections, transaction
 from stellar_sdk import Account as SdkAccount
 from stellar_sdk import Asset, Keypair, TransactionBuilder
 
+from common.locks import xact_lock
 from sandbox.control import faults
 from sandbox.horizon import core, models
 from sandbox.keys import DISTRIBUTION, USDC_ISSUER, sandbox_keypair
@@ -104,6 +134,11 @@ MINION_XLM = "100000000"
 FAULT_504_AFTER_APPLY = "horizon.submit_504_after_apply"
 FAULT_DROP = "horizon.submit_drop"
 FAULT_LOOKUP_404 = "horizon.lookup_404_once"
+FAULT_LOOKUP_LAG = "horizon.lookup_lag"
+FAULT_INGEST_BEHIND = "horizon.ingest_behind"
+FAULT_SPLIT_NODES = "horizon.split_nodes"
+DEFAULT_LAG_LEDGERS = 3
+SDK_CLIENT_NAME = "py-stellar-base"
 
 _closed = threading.Condition()
 _close_count = 0
@@ -122,9 +157,7 @@ def usdc() -> Asset:
 
 
 def _lock(*, exclusive: bool) -> None:
-    function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-    with connections[DB].cursor() as cursor:
-        cursor.execute(f"SELECT {function}(%s)", [_LOCK_KEY])
+    xact_lock(_LOCK_KEY, shared=not exclusive, using=DB)
 
 
 def _now() -> datetime:
@@ -292,6 +325,7 @@ def _close(*, sequence: int, prev_hash: str, close_time: int, fee_pool,
             models.Submission.objects.using(DB).filter(pk=submission.pk).update(
                 status=models.Submission.APPLIED)
     state.flush()
+    _snapshot_accounts(sequence)
     _ingest(applied, sequence=sequence, close_time=close_time)
     fees = core.amount_from_stroops(sum(a.result.fee_charged for a in applied))
     fee_pool = fee_pool + fees
@@ -319,6 +353,52 @@ def _close(*, sequence: int, prev_hash: str, close_time: int, fee_pool,
         protocol_version=core.PROTOCOL_VERSION,
         header_xdr=header_xdr,
     )
+
+
+def _snapshot_fields(row, names: list[str]) -> dict:
+    values = {}
+    for name in names:
+        value = getattr(row, name)
+        values[name] = core.format_amount(value) if isinstance(value, Decimal) else value
+    return values
+
+
+_SNAPSHOT_ACCOUNT = [f.name for f in models.Account._meta.fields]
+_SNAPSHOT_TRUSTLINE = [f.name for f in models.Trustline._meta.fields if f.name != "id"]
+
+
+def _snapshot_accounts(sequence: int) -> None:
+    """Keep the state of every account ledger ``sequence`` changed (its entry or one of
+    its trustlines), for the nodes that answer from an older height."""
+    touched = set(models.Account.objects.using(DB).filter(last_modified_ledger=sequence)
+                  .values_list("account_id", flat=True))
+    touched |= set(models.Trustline.objects.using(DB).filter(last_modified_ledger=sequence)
+                   .values_list("account_id", flat=True))
+    rows = []
+    for account in models.Account.objects.using(DB).filter(pk__in=touched):
+        lines = models.Trustline.objects.using(DB).filter(
+            account_id=account.account_id).order_by("asset_code", "asset_issuer")
+        rows.append(models.AccountSnapshot(ledger=sequence, account_id=account.account_id, data={
+            "account": _snapshot_fields(account, _SNAPSHOT_ACCOUNT),
+            "trustlines": [_snapshot_fields(line, _SNAPSHOT_TRUSTLINE) for line in lines]}))
+    models.AccountSnapshot.objects.using(DB).bulk_create(rows)
+
+
+def account_at(account_id: str, height: int) -> tuple[models.Account,
+                                                      list[models.Trustline]] | None:
+    """The account and its trustlines as they stood after ledger ``height`` (unsaved
+    model instances), or None when the account did not exist then."""
+    snap = (models.AccountSnapshot.objects.using(DB)
+            .filter(account_id=account_id, ledger__lte=height).order_by("-ledger").first())
+    if snap is None:
+        return None
+    decimals = {"balance", "limit"}
+
+    def build(model, values: dict):
+        return model(**{k: Decimal(v) if k in decimals else v for k, v in values.items()})
+
+    return (build(models.Account, snap.data["account"]),
+            [build(models.Trustline, line) for line in snap.data["trustlines"]])
 
 
 def _notify_closed() -> None:
@@ -439,7 +519,8 @@ def reset(*, only_if_empty: bool = False) -> None:
         _lock(exclusive=True)
         if only_if_empty and models.Ledger.objects.using(DB).exists():
             return
-        for model in (models.OperationParticipant, models.TransactionParticipant,
+        for model in (models.AccountSnapshot, models.OperationParticipant,
+                      models.TransactionParticipant,
                       models.Operation, models.Transaction, models.Submission,
                       models.Trustline, models.Account, models.Ledger):
             model.objects.using(DB).all().delete()
@@ -474,6 +555,66 @@ def ensure_world() -> None:
     """Create the fixed world if the database has no ledger yet (first start)."""
     if not models.Ledger.objects.using(DB).exists():
         reset(only_if_empty=True)
+
+
+# --- node views (lag faults) -------------------------------------------------------
+
+@dataclass(frozen=True)
+class NodeView:
+    """The Horizon node serving one request: how many ledgers its state and its
+    history are behind stellar-core (0 = current). Heights are read against the latest
+    ledger at the moment of use, so a long request (a POST waiting for a ledger) keeps
+    its node while ledgers close."""
+
+    state_lag: int = 0
+    history_lag: int = 0
+
+    @property
+    def current(self) -> bool:
+        return self.state_lag == 0 and self.history_lag == 0
+
+    def state_height(self, latest: int | None = None) -> int:
+        latest = latest_ledger().sequence if latest is None else latest
+        return max(1, latest - self.state_lag)
+
+    def history_height(self, latest: int | None = None) -> int:
+        latest = latest_ledger().sequence if latest is None else latest
+        return max(1, latest - self.history_lag)
+
+    def sees(self, tx: models.Transaction) -> bool:
+        """Whether this node has ingested ``tx``'s ledger."""
+        return self.history_lag == 0 or tx.ledger <= self.history_height()
+
+
+def _lag(params: dict) -> int:
+    try:
+        return max(0, int(params.get("ledgers", DEFAULT_LAG_LEDGERS)))
+    except (TypeError, ValueError):
+        return DEFAULT_LAG_LEDGERS
+
+
+def node_view(*, client_name: str = "") -> NodeView:
+    """The node that serves a request now, from the lag faults (module docstring).
+    ``client_name``: the request's ``X-Client-Name`` header (only stellar-sdk requests
+    alternate under ``horizon.split_nodes``). Each call under ``split_nodes`` is one
+    request to the load balancer."""
+    state_lag = history_lag = 0
+    lag = faults.peek(FAULT_LOOKUP_LAG)
+    if lag is not None:
+        history_lag = max(history_lag, _lag(lag))
+    behind = faults.peek(FAULT_INGEST_BEHIND)
+    if behind is not None:
+        state_lag = max(state_lag, _lag(behind))
+        history_lag = max(history_lag, _lag(behind))
+    if client_name.startswith(SDK_CLIENT_NAME) and faults.peek(FAULT_SPLIT_NODES) is not None:
+        taken = faults.take_numbered(FAULT_SPLIT_NODES)
+        if taken is not None:
+            params, number = taken
+            starts_behind = params.get("first", "behind") != "current"
+            if (number % 2 == 0) == starts_behind:
+                state_lag = max(state_lag, _lag(params))
+                history_lag = max(history_lag, _lag(params))
+    return NodeView(state_lag, history_lag)
 
 
 # --- submission ------------------------------------------------------------------
@@ -571,12 +712,13 @@ def submit(env: core.Envelope, *, with_faults: bool = True) -> Known | Refused |
         return Pending(env.hash, now + _submission_timeout(), "queued", respond_504)
 
 
-def await_transaction(tx_hash: str, deadline: datetime) -> models.Transaction | None:
-    """Block until ``tx_hash`` is in a closed ledger (its row) or ``deadline`` passes
-    (None)."""
+def await_transaction(tx_hash: str, deadline: datetime,
+                      view: NodeView | None = None) -> models.Transaction | None:
+    """Block until ``tx_hash`` is in a closed ledger (its row) that ``view``'s node has
+    ingested, or ``deadline`` passes (None)."""
     while True:
         tx = models.Transaction.objects.using(DB).filter(hash=tx_hash).first()
-        if tx is not None:
+        if tx is not None and (view is None or view.sees(tx)):
             return tx
         remaining = (deadline - _now()).total_seconds()
         if remaining <= 0:

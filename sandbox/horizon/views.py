@@ -1,8 +1,12 @@
 """HTTP endpoints of the Horizon stand-in (served under ``/horizon/`` by
 ``python manage.py sandbox``). Thin: parse, call ``service`` / read rows, render.
 
-Every response carries ``Latest-Ledger`` (stellar-docs ``structure/consistency.mdx``);
-errors are problem+json (``render.problem``). Paging (stellar-horizon
+``Latest-Ledger`` is sent on the state endpoint ``/accounts/{id}`` only, as Horizon's
+``StateMiddleware`` sets it (stellar-horizon ``internal/httpx/middleware.go`` and
+``router.go`` @ 2abda012; stellar-docs ``structure/consistency.mdx``): root, history
+endpoints (transactions, payments, operations, ledgers) and submissions carry none.
+Each request is served by one node (``service.node_view``: the lag faults); errors are
+problem+json (``render.problem``). Paging (stellar-horizon
 ``internal/db2/page_query.go``): ``cursor`` exclusive (a paging token, empty, or
 ``now``), ``order`` ``asc`` (default) | ``desc``, ``limit`` 1..200 (default 10);
 ``include_failed`` (default false) on transactions and operations lists; ``join=
@@ -19,6 +23,7 @@ import json
 import logging
 
 from django.conf import settings
+from django.db import transaction as db_transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
@@ -50,23 +55,23 @@ def base_url(request: HttpRequest) -> str:
 
 
 def horizon_view(view):
-    """Create the world on first use, turn unexpected errors into Horizon's
-    ``server_error`` problem and add ``Latest-Ledger``."""
+    """Create the world on first use, pick the node that serves the request
+    (``request.node``) and turn unexpected errors into Horizon's ``server_error``
+    problem."""
 
     @csrf_exempt
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
         try:
             service.ensure_world()
+            request.node = service.node_view(
+                client_name=request.headers.get("X-Client-Name", ""))
             response = view(request, *args, **kwargs)
         except BadParam as exc:
             response = render.bad_request(exc.field, exc.reason)
         except Exception:
             log.exception("sandbox horizon: %s %s failed", request.method, request.path)
             response = render.server_error()
-        latest = service.latest_ledger()
-        if latest is not None:
-            response["Latest-Ledger"] = str(latest.sequence)
         return response
 
     return wrapper
@@ -197,33 +202,72 @@ def _operations_page(request: HttpRequest, queryset: QuerySet, *, payments: bool
     return _page_response(request, records, cursor, limit, order, extra)
 
 
-def _transactions() -> QuerySet:
-    return models.Transaction.objects.using(DB)
+def _node(request: HttpRequest) -> service.NodeView:
+    return getattr(request, "node", None) or service.NodeView()
 
 
-def _operations() -> QuerySet:
-    return models.Operation.objects.using(DB)
+def _transactions(request: HttpRequest) -> QuerySet:
+    """Transactions the serving node has ingested."""
+    queryset = models.Transaction.objects.using(DB)
+    node = _node(request)
+    if node.history_lag:
+        queryset = queryset.filter(ledger__lte=node.history_height())
+    return queryset
+
+
+def _operations(request: HttpRequest) -> QuerySet:
+    queryset = models.Operation.objects.using(DB)
+    node = _node(request)
+    if node.history_lag:
+        queryset = queryset.filter(transaction__ledger__lte=node.history_height())
+    return queryset
+
+
+def _ledgers(request: HttpRequest) -> QuerySet:
+    queryset = models.Ledger.objects.using(DB)
+    node = _node(request)
+    if node.history_lag:
+        queryset = queryset.filter(sequence__lte=node.history_height())
+    return queryset
 
 
 # --- endpoints -------------------------------------------------------------------
 
 @horizon_view
 def root(request: HttpRequest) -> HttpResponse:
-    """GET / : network passphrase, latest ledger, links."""
+    """GET / : network passphrase, latest ledger (the serving node's history height;
+    ``core_latest_ledger`` is core's, never behind), links."""
     elder = models.Ledger.objects.using(DB).order_by("sequence").first()
-    return render.hal(render.root_resource(base_url(request), service.latest_ledger(),
-                                           elder.sequence, service.passphrase()))
+    latest = service.latest_ledger()
+    node = _node(request)
+    ingested = models.Ledger.objects.using(DB).filter(
+        sequence__lte=node.history_height(latest.sequence)).order_by("-sequence").first()
+    return render.hal(render.root_resource(
+        base_url(request), ingested, elder.sequence, service.passphrase(),
+        core_latest=latest.sequence, ingest_latest=node.state_height(latest.sequence)))
 
 
 @horizon_view
 def account(request: HttpRequest, account_id: str) -> HttpResponse:
-    """GET /accounts/{id}: 404 ``not_found`` for an account that does not exist."""
-    row = models.Account.objects.using(DB).filter(pk=_valid_account(account_id)).first()
-    if row is None:
-        return render.not_found()
-    lines = list(models.Trustline.objects.using(DB).filter(account_id=account_id)
-                 .order_by("asset_code", "asset_issuer"))
-    return render.hal(render.account_resource(row, lines, base_url(request)))
+    """GET /accounts/{id}: 404 ``not_found`` for an account that does not exist. A
+    state endpoint: ``Latest-Ledger`` names the ledger the answer is as of (a node
+    behind answers from its own height, ``service.account_at``)."""
+    _valid_account(account_id)
+    node = _node(request)
+    with db_transaction.atomic(using=DB):  # one snapshot: the height and the rows agree
+        latest = service.latest_ledger()
+        height = node.state_height(latest.sequence)
+        if node.state_lag:
+            found = service.account_at(account_id, height)
+        else:
+            row = models.Account.objects.using(DB).filter(pk=account_id).first()
+            found = None if row is None else (row, list(
+                models.Trustline.objects.using(DB).filter(account_id=account_id)
+                .order_by("asset_code", "asset_issuer")))
+    response = render.not_found() if found is None else render.hal(
+        render.account_resource(found[0], found[1], base_url(request)))
+    response["Latest-Ledger"] = str(height)
+    return response
 
 
 @horizon_view
@@ -232,7 +276,7 @@ def account_transactions(request: HttpRequest, account_id: str) -> HttpResponse:
     never seen)."""
     if not _known_account(_valid_account(account_id)):
         return render.not_found()
-    return _transactions_page(request, _transactions().filter(
+    return _transactions_page(request, _transactions(request).filter(
         participants__account_id=account_id))
 
 
@@ -241,7 +285,7 @@ def account_payments(request: HttpRequest, account_id: str) -> HttpResponse:
     """GET /accounts/{id}/payments: payments sent and received (404 for an account never seen)."""
     if not _known_account(_valid_account(account_id)):
         return render.not_found()
-    return _operations_page(request, _operations().filter(
+    return _operations_page(request, _operations(request).filter(
         participants__account_id=account_id), payments=True)
 
 
@@ -250,7 +294,7 @@ def account_operations(request: HttpRequest, account_id: str) -> HttpResponse:
     """GET /accounts/{id}/operations."""
     if not _known_account(_valid_account(account_id)):
         return render.not_found()
-    return _operations_page(request, _operations().filter(
+    return _operations_page(request, _operations(request).filter(
         participants__account_id=account_id), payments=False)
 
 
@@ -259,7 +303,7 @@ def transactions(request: HttpRequest) -> HttpResponse:
     """GET: all transactions, paged. POST: submit (form field ``tx``)."""
     if request.method == "POST":
         return _submit(request)
-    return _transactions_page(request, _transactions())
+    return _transactions_page(request, _transactions(request))
 
 
 def _form_body_ok(request: HttpRequest) -> bool:
@@ -289,14 +333,41 @@ def _submit(request: HttpRequest) -> HttpResponse:
         return render.transaction_malformed(raw)
     outcome = service.submit(env)
     base = base_url(request)
+    node = _node(request)
     if isinstance(outcome, service.Known):
+        if not node.sees(outcome.tx):
+            return _unseen_outcome(outcome.tx, env, node, base)
         return _outcome_response(outcome.tx, env.raw, base)
     if isinstance(outcome, service.Refused):
         return render.transaction_failed(env.raw, outcome.result.to_xdr())
-    tx = service.await_transaction(outcome.hash, outcome.deadline)
+    tx = service.await_transaction(outcome.hash, outcome.deadline, node)
     if tx is None or outcome.respond_504:
         return render.submission_timeout(env.hash, env.raw)
     return _outcome_response(tx, env.raw, base)
+
+
+def _unseen_outcome(tx: models.Transaction, env: core.Envelope, node: service.NodeView,
+                    base: str) -> HttpResponse:
+    """An envelope that is in a ledger this node has not ingested: Horizon misses it in
+    its own database and hands it to core, which answers txBAD_SEQ (the sequence is
+    used); Horizon then waits until its account state shows the sequence used (or it
+    caught up) and looks the hash up once more (stellar-horizon ``txsub/system.go``;
+    stellar/go #2628, PR #2877): still unseen -> 400 ``tx_bad_seq``; the submission
+    timeout first -> 504."""
+    deadline = service._now() + service._submission_timeout()
+    while True:
+        tx.refresh_from_db(using=DB)
+        if node.sees(tx):
+            return _outcome_response(tx, env.raw, base)
+        latest = service.latest_ledger().sequence
+        seen = (service.account_at(env.source, node.state_height(latest))
+                if node.state_lag else
+                (models.Account.objects.using(DB).filter(pk=env.source).first(), []))
+        if seen is not None and seen[0] is not None and seen[0].sequence >= env.sequence:
+            return render.transaction_failed(env.raw, core.bad_seq_result().to_xdr())
+        if service._now() >= deadline:
+            return render.submission_timeout(env.hash, env.raw)
+        service.wait_for_close(service.close_count(), 0.1)
 
 
 @horizon_view
@@ -337,7 +408,7 @@ def transactions_async(request: HttpRequest) -> HttpResponse:
 def transaction(request: HttpRequest, tx_hash: str) -> HttpResponse:
     """GET /transactions/{hash}: 404 until the transaction is in a closed ledger (and once more per
     hash under ``horizon.lookup_404_once``)."""
-    tx = _transactions().filter(hash=_valid_hash(tx_hash)).first()
+    tx = _transactions(request).filter(hash=_valid_hash(tx_hash)).first()
     if tx is None:
         return render.not_found()
     if service.lookup_hidden(tx.hash):
@@ -345,41 +416,41 @@ def transaction(request: HttpRequest, tx_hash: str) -> HttpResponse:
     return render.hal(render.transaction_resource(tx, base_url(request)))
 
 
-def _transaction_or_none(tx_hash: str) -> models.Transaction | None:
-    return _transactions().filter(hash=_valid_hash(tx_hash)).first()
+def _transaction_or_none(request: HttpRequest, tx_hash: str) -> models.Transaction | None:
+    return _transactions(request).filter(hash=_valid_hash(tx_hash)).first()
 
 
 @horizon_view
 def transaction_payments(request: HttpRequest, tx_hash: str) -> HttpResponse:
     """GET /transactions/{hash}/payments."""
-    tx = _transaction_or_none(tx_hash)
+    tx = _transaction_or_none(request, tx_hash)
     if tx is None:
         return render.not_found()
     # Operations of one transaction are listed whether it failed or not.
-    return _operations_page(request, _operations().filter(transaction=tx), payments=True,
+    return _operations_page(request, _operations(request).filter(transaction=tx), payments=True,
                             failed_filter=False)
 
 
 @horizon_view
 def transaction_operations(request: HttpRequest, tx_hash: str) -> HttpResponse:
     """GET /transactions/{hash}/operations."""
-    tx = _transaction_or_none(tx_hash)
+    tx = _transaction_or_none(request, tx_hash)
     if tx is None:
         return render.not_found()
-    return _operations_page(request, _operations().filter(transaction=tx), payments=False,
+    return _operations_page(request, _operations(request).filter(transaction=tx), payments=False,
                             failed_filter=False)
 
 
 @horizon_view
 def payments(request: HttpRequest) -> HttpResponse:
     """GET /payments: create_account, payment (and other payment-like) operations."""
-    return _operations_page(request, _operations(), payments=True)
+    return _operations_page(request, _operations(request), payments=True)
 
 
 @horizon_view
 def operations(request: HttpRequest) -> HttpResponse:
     """GET /operations."""
-    return _operations_page(request, _operations(), payments=False)
+    return _operations_page(request, _operations(request), payments=False)
 
 
 @horizon_view
@@ -387,7 +458,7 @@ def operation(request: HttpRequest, op_id: str) -> HttpResponse:
     """GET /operations/{id}."""
     if not op_id.isdigit():
         raise BadParam("id", "unparseable value")
-    row = _operations().select_related("transaction").filter(pk=int(op_id)).first()
+    row = _operations(request).select_related("transaction").filter(pk=int(op_id)).first()
     if row is None:
         return render.not_found()
     return render.hal(render.operation_record(row, base_url(request)))
@@ -398,15 +469,15 @@ def ledgers(request: HttpRequest) -> HttpResponse:
     """GET /ledgers (``order=desc&limit=1`` is stellar-sdk's ``fetch_base_fee``)."""
     cursor, value, limit, order = _page_params(request)
     base = base_url(request)
-    rows = _paged(models.Ledger.objects.using(DB), "paging_token", value, limit, order)
+    rows = _paged(_ledgers(request), "paging_token", value, limit, order)
     records = [render.ledger_record(row, base) for row in rows]
     return _page_response(request, records, cursor, limit, order, {})
 
 
 @horizon_view
 def ledger(request: HttpRequest, sequence: int) -> HttpResponse:
-    """GET /ledgers/{sequence}."""
-    row = models.Ledger.objects.using(DB).filter(pk=sequence).first()
+    """GET /ledgers/{sequence} (``closed_at``: when it closed, RFC 3339)."""
+    row = _ledgers(request).filter(pk=sequence).first()
     if row is None:
         return render.not_found()
     return render.hal(render.ledger_record(row, base_url(request)))
@@ -415,26 +486,26 @@ def ledger(request: HttpRequest, sequence: int) -> HttpResponse:
 @horizon_view
 def ledger_transactions(request: HttpRequest, sequence: int) -> HttpResponse:
     """GET /ledgers/{sequence}/transactions."""
-    if not models.Ledger.objects.using(DB).filter(pk=sequence).exists():
+    if not _ledgers(request).filter(pk=sequence).exists():
         return render.not_found()
-    return _transactions_page(request, _transactions().filter(ledger=sequence))
+    return _transactions_page(request, _transactions(request).filter(ledger=sequence))
 
 
 @horizon_view
 def ledger_payments(request: HttpRequest, sequence: int) -> HttpResponse:
     """GET /ledgers/{sequence}/payments."""
-    if not models.Ledger.objects.using(DB).filter(pk=sequence).exists():
+    if not _ledgers(request).filter(pk=sequence).exists():
         return render.not_found()
-    return _operations_page(request, _operations().filter(transaction__ledger=sequence),
+    return _operations_page(request, _operations(request).filter(transaction__ledger=sequence),
                             payments=True)
 
 
 @horizon_view
 def ledger_operations(request: HttpRequest, sequence: int) -> HttpResponse:
     """GET /ledgers/{sequence}/operations."""
-    if not models.Ledger.objects.using(DB).filter(pk=sequence).exists():
+    if not _ledgers(request).filter(pk=sequence).exists():
         return render.not_found()
-    return _operations_page(request, _operations().filter(transaction__ledger=sequence),
+    return _operations_page(request, _operations(request).filter(transaction__ledger=sequence),
                             payments=False)
 
 
@@ -442,7 +513,7 @@ def ledger_operations(request: HttpRequest, sequence: int) -> HttpResponse:
 def fee_stats(request: HttpRequest) -> HttpResponse:
     """GET /fee_stats over the last 5 ledgers."""
     recent = list(models.Ledger.objects.using(DB).order_by("-sequence")[:5])
-    txs = list(_transactions().filter(ledger__gte=recent[-1].sequence))
+    txs = list(_transactions(request).filter(ledger__gte=recent[-1].sequence))
     return render.hal(render.fee_stats(recent, txs))
 
 

@@ -87,6 +87,14 @@ class RazorpayError(Exception):
         return JsonResponse(self.body, status=self.status)
 
 
+def server_error() -> RazorpayError:
+    """A 500 ``SERVER_ERROR`` (Razorpay's 5xx body shape, docs ``errors``; sandbox
+    wording), for the fault switches that take an API read down."""
+    return RazorpayError("We are facing some trouble completing your request at the moment. "
+                         "Please try again shortly.", status=500, code="SERVER_ERROR",
+                         source="NA", step="NA", reason="NA")
+
+
 def auth_error(description: str) -> RazorpayError:
     """401 for a missing or wrong key (``source``/``step``/``reason`` are ``NA`` on real
     authentication failures; descriptions are sandbox wording)."""

@@ -19,6 +19,12 @@ Fault switches (taken once per pay call, applied to every event of that payment)
   fails the payment and queues ``payment.failed``; ``delay_s`` later the same payment
   turns ``captured``, the order ``paid``, and ``payment.captured`` + ``order.paid`` follow
   (late authorisation, NOTES §1.3, §5.8).
+
+Read fault (taken once per call, so ``times: null`` is an outage until cleared):
+
+- ``razorpay.payment_fetch_5xx``: ``GET /v1/payments/{id}`` and ``GET
+  /v1/orders/{id}/payments`` answer 500 ``SERVER_ERROR`` (the payments API down while
+  webhooks still arrive; NOTES §1.7 step 5 is the recovery).
 """
 
 from __future__ import annotations
@@ -34,7 +40,13 @@ from django.utils import timezone
 
 from sandbox.control import faults
 from sandbox.razorpay import webhooks
-from sandbox.razorpay.common import RazorpayError, checkout_signature, compact_json, new_id
+from sandbox.razorpay.common import (
+    RazorpayError,
+    checkout_signature,
+    compact_json,
+    new_id,
+    server_error,
+)
 from sandbox.razorpay.models import Order, Payment, WebhookDelivery, WebhookEvent
 
 DB = "sandbox"
@@ -243,6 +255,8 @@ def list_orders(*, receipt: str | None = None, count: int = 10, skip: int = 0) -
 
 def order_payments(order_id: str) -> dict:
     """``GET /v1/orders/:id/payments``: every payment of the order, newest first."""
+    if faults.take("razorpay.payment_fetch_5xx") is not None:
+        raise server_error()
     order = Order.objects.using(DB).filter(pk=order_id).first()
     if order is None:
         raise _not_found()
@@ -251,6 +265,9 @@ def order_payments(order_id: str) -> dict:
 
 
 def get_payment(payment_id: str) -> dict:
+    """``GET /v1/payments/:id``: the payment in its latest state."""
+    if faults.take("razorpay.payment_fetch_5xx") is not None:
+        raise server_error()
     payment = Payment.objects.using(DB).filter(pk=payment_id).first()
     if payment is None:
         raise _not_found()

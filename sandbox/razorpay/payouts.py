@@ -49,6 +49,11 @@ Fault switches (``POST /sandbox/faults {"name", "times", "params"}``), taken onc
 - ``razorpayx.webhook_lose``: the payout's webhooks are recorded but never sent (a later
   dashboard replay, ``POST /razorpay/sandbox/webhooks/redeliver``, still works).
 
+Read fault (taken once per call, so ``times: null`` is an outage until cleared):
+
+- ``razorpayx.payout_fetch_5xx``: ``GET /v1/payouts/{id}`` answers 500 ``SERVER_ERROR``
+  (the payouts API down while webhooks still arrive).
+
 Idempotency (NOTES §2.5): the key is checked before the body; a key is claimed (committed)
 before the payout is created and stays ``in_flight`` until the create call answers, so a
 concurrent duplicate gets 409. A later request with the key and an equal body (compared
@@ -79,7 +84,7 @@ from django.utils import timezone
 
 from sandbox.control import faults
 from sandbox.razorpay import webhooks
-from sandbox.razorpay.common import RazorpayError, new_id
+from sandbox.razorpay.common import RazorpayError, new_id, server_error
 from sandbox.razorpay.models import (
     Contact,
     FundAccount,
@@ -747,11 +752,19 @@ def _wait_for_terminal_webhook(payout: Payout, timeout_s: float) -> None:
 
 
 def get_payout(payout_id: str) -> dict:
-    """``GET /v1/payouts/:id``: the payout in its latest state."""
+    """``GET /v1/payouts/:id``: the payout in its latest state (also the replay of a
+    create; the read fault is taken by ``fetch_payout`` only)."""
     payout = Payout.objects.using(DB).filter(pk=payout_id).first()
     if payout is None:
         raise _not_found()
     return payout_entity(payout)
+
+
+def fetch_payout(payout_id: str) -> dict:
+    """The ``GET /v1/payouts/:id`` endpoint: ``get_payout`` behind the read fault."""
+    if faults.take("razorpayx.payout_fetch_5xx") is not None:
+        raise server_error()
+    return get_payout(payout_id)
 
 
 def list_payouts(*, params: dict, count: int = 10, skip: int = 0) -> dict:

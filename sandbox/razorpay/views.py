@@ -131,7 +131,7 @@ def payouts_view(request):
 
 @_api("GET")
 def payout(request, payout_id: str):
-    return JsonResponse(payouts.get_payout(payout_id))
+    return JsonResponse(payouts.fetch_payout(payout_id))
 
 
 @_api("GET", "POST", "PUT", "PATCH", "DELETE")

@@ -43,4 +43,7 @@
       }, 0);
     });
   });
+
+  // The browser tests read this to know the script loaded and ran to the end.
+  document.documentElement.dataset.sep24js = "ready";
 })();

@@ -33,6 +33,7 @@ from stellar_sdk import Asset, Keypair, Network, Server, TransactionBuilder
 
 from sandbox import keys
 from tests.conftest import reference_path
+from tests.flows import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -199,17 +200,6 @@ def events(sandbox, transaction_id: str | None = None) -> list[dict]:
     response = httpx.get(f"{sandbox.url}/ap/sandbox/events", params=params, timeout=10)
     response.raise_for_status()
     return response.json()["events"]
-
-
-def wait_until(predicate, timeout: float = 5.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(interval)
 
 
 def lenient_mismatches(expected, actual, where: str = "$", *,
@@ -715,7 +705,7 @@ def test_interactive_deposit_forwards_kyc_and_signs_the_interactive_token(receiv
                       "receiver": {"account": wallet, "memo": "12345"}},
         "creator": {"account": wallet, "memo": "12345"}}
     assert "amount_in" not in tx and "source_account" not in tx
-    [created] = wait_until(lambda: receiver.events(answer["id"]))
+    [created] = wait_for(lambda: receiver.events(answer["id"]))
     assert created["body"]["type"] == "transaction_created"
     assert created["body"]["payload"]["transaction"]["status"] == "incomplete"
 
@@ -824,7 +814,7 @@ def test_failed_event_is_retried_with_growing_gaps_and_blocks_later_events(recei
         500 if body["payload"]["transaction"]["id"] == first_id and nth <= 4 else 200)
     second_id = start(sandbox, "deposit")["id"]
 
-    wait_until(lambda: receiver.events(second_id), timeout=10)
+    wait_for(lambda: receiver.events(second_id), timeout=10)
 
     attempts = receiver.events(first_id)
     assert [a["status"] for a in attempts] == [500, 500, 500, 500, 200]
@@ -851,7 +841,7 @@ def test_duplicate_fault_sends_the_same_event_id_several_times(receiver, sandbox
     sandbox.fault("ap.event_duplicate", times=1, copies=3)
 
     tx_id = start(sandbox, "deposit")["id"]
-    copies = wait_until(lambda: len(receiver.events(tx_id)) >= 3 and receiver.events(tx_id))
+    copies = wait_for(lambda: len(receiver.events(tx_id)) >= 3 and receiver.events(tx_id))
 
     assert len({c["body"]["id"] for c in copies}) == 1
     time.sleep(0.3)
@@ -862,13 +852,13 @@ def test_lose_and_reorder_faults(receiver, sandbox):
     sandbox.fault("ap.event_lose", times=1)
     lost = start(sandbox, "deposit")["id"]
     kept = start(sandbox, "deposit")["id"]
-    wait_until(lambda: receiver.events(kept))
+    wait_for(lambda: receiver.events(kept))
     assert receiver.events(lost) == []
     assert [e["lost"] for e in events(sandbox, lost)] == [True]
 
     sandbox.fault("ap.event_reorder")  # on until cleared: each pair swaps once, no livelock
     first = start(sandbox, "deposit")["id"]
     second = start(sandbox, "deposit")["id"]
-    wait_until(lambda: receiver.events(first) and receiver.events(second))
+    wait_for(lambda: receiver.events(first) and receiver.events(second))
     assert receiver.events(second)[0]["at"] < receiver.events(first)[0]["at"]
     assert len(receiver.events(first)) == len(receiver.events(second)) == 1

@@ -140,6 +140,29 @@ def test_root_serves_the_network_and_the_latest_ledger_header(horizon, http):
     assert root["_links"]["self"]["href"] == f"{horizon.horizon_url}/"
 
 
+def test_latest_ledger_header_only_on_state_endpoints(horizon, http):
+    """Horizon's StateMiddleware sets Latest-Ledger on /accounts/{id} (also on its 404);
+    root, history endpoints and submissions carry none (stellar-horizon
+    internal/httpx/router.go, middleware.go @ 2abda012)."""
+    tx_hash = horizon.transactions().order(desc=True).limit(1).call()[
+        "_embedded"]["records"][0]["hash"]
+    ledger = horizon.root().call()["history_latest_ledger"]
+    with_header = [http.get(f"/accounts/{DISTRIBUTION.public_key}"),
+                   http.get(f"/accounts/{Keypair.random().public_key}")]
+    without = [http.get("/"), http.get(f"/transactions/{tx_hash}"),
+               http.get(f"/transactions/{'0' * 64}"), http.get("/transactions"),
+               http.get(f"/accounts/{DISTRIBUTION.public_key}/transactions"),
+               http.get(f"/accounts/{DISTRIBUTION.public_key}/payments"),
+               http.get("/payments"), http.get("/ledgers"), http.get(f"/ledgers/{ledger}"),
+               http.post("/transactions", data={"tx": "AAAA"})]
+
+    assert [r.status_code for r in with_header] == [200, 404]
+    assert all(int(r.headers["Latest-Ledger"]) >= ledger for r in with_header)
+    assert [r.status_code for r in without] == [200, 200, 404, 200, 200, 200, 200, 200,
+                                                200, 400]
+    assert [r.headers.get("Latest-Ledger") for r in without] == [None] * len(without)
+
+
 def test_ledgers_close_on_their_own(horizon):
     first = horizon.root().call()["history_latest_ledger"]
     time.sleep(0.6)
@@ -566,6 +589,158 @@ def test_lookup_404_once_hides_each_landed_transaction_once(clean_sandbox, horiz
         assert horizon.transactions().transaction(envelope.hash_hex()).call()["successful"]
 
 
+def _paid_once(horizon, http, amount="1"):
+    customer = friendbot(http)
+    envelope = build(horizon, customer,
+                     lambda b: b.append_payment_op(DISTRIBUTION.public_key, Asset.native(),
+                                                   amount))
+    landed = horizon.submit_transaction(envelope, skip_memo_required_check=True)
+    return customer, envelope, landed
+
+
+def _wait_ledgers(horizon, count: int) -> None:
+    start = horizon.ledgers().order(desc=True).limit(1).call()["_embedded"]["records"][0][
+        "sequence"]
+    deadline = time.monotonic() + 10
+    while True:
+        records = horizon.ledgers().order(desc=True).limit(1).call()["_embedded"]["records"]
+        if records[0]["sequence"] >= start + count:
+            return
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_lookup_lag_hides_history_while_the_account_shows_the_new_sequence(
+        clean_sandbox, strict, horizon, http):
+    clean_sandbox.fault("horizon.lookup_lag", ledgers=1000)
+    customer = friendbot(http)  # friendbot answers from core: it waits for nobody
+    envelope = build(horizon, customer,
+                     lambda b: b.append_payment_op(DISTRIBUTION.public_key, Asset.native(), "1"))
+
+    with pytest.raises(BadResponseError) as posted:  # Horizon waits for its own history
+        strict.submit_transaction(envelope, skip_memo_required_check=True)
+    account = http.get(f"/accounts/{customer.public_key}")
+    with pytest.raises(NotFoundError):
+        strict.transactions().transaction(envelope.hash_hex()).call()
+    listed = strict.transactions().for_account(customer.public_key).call()
+    with pytest.raises(BadRequestError) as reposted:
+        strict.submit_transaction(envelope, skip_memo_required_check=True)
+    clean_sandbox.clear_faults()
+    found = strict.transactions().transaction(envelope.hash_hex()).call()
+
+    assert posted.value.status == 504
+    assert int(account.json()["sequence"]) == envelope.transaction.sequence
+    assert listed["_embedded"]["records"] == []
+    assert codes(reposted.value) == {"transaction": "tx_bad_seq"}  # stellar/go #2628
+    assert found["successful"] is True
+    assert int(found["ledger"]) <= int(account.headers["Latest-Ledger"])
+
+
+def test_lookup_lag_ends_after_n_ledgers(clean_sandbox, horizon, http):
+    customer, envelope, landed = _paid_once(horizon, http)
+    clean_sandbox.fault("horizon.lookup_lag", ledgers=8)
+    root = horizon.root().call()
+
+    hidden = http.get(f"/transactions/{envelope.hash_hex()}")
+    _wait_ledgers(horizon, 9)
+    seen = http.get(f"/transactions/{envelope.hash_hex()}")
+
+    assert root["core_latest_ledger"] - root["history_latest_ledger"] == 8
+    assert root["ingest_latest_ledger"] == root["core_latest_ledger"]
+    assert (hidden.status_code, seen.status_code) == (404, 200)
+
+
+def test_ingest_behind_is_consistently_stale(clean_sandbox, strict, horizon, http):
+    customer, envelope, landed = _paid_once(horizon, http)
+    before = int(http.get(f"/accounts/{customer.public_key}").json()["sequence"])
+    assert before == envelope.transaction.sequence
+    created = strict.transactions().for_account(customer.public_key).order(desc=False).call()[
+        "_embedded"]["records"][0]["ledger"]  # friendbot's create_account
+    latest = horizon.root().call()["core_latest_ledger"]
+    clean_sandbox.fault("horizon.ingest_behind", ledgers=latest - 1)
+
+    root = horizon.root().call()
+    account = http.get(f"/accounts/{customer.public_key}")
+    lookup = http.get(f"/transactions/{envelope.hash_hex()}")
+    ledger = http.get(f"/ledgers/{landed['ledger']}")
+    payments = strict.payments().for_account(customer.public_key).limit(200).call()
+    with pytest.raises(BadResponseError) as reposted:  # waits for ingestion: 504
+        strict.submit_transaction(envelope, skip_memo_required_check=True)
+
+    assert root["history_latest_ledger"] == root["ingest_latest_ledger"] < created
+    assert root["core_latest_ledger"] >= latest
+    assert int(account.headers["Latest-Ledger"]) < created
+    assert account.status_code == 404  # the account did not exist yet at that height
+    assert (lookup.status_code, ledger.status_code) == (404, 404)
+    assert payments["_embedded"]["records"] == []
+    assert reposted.value.status == 504
+
+
+def test_ingest_behind_serves_the_old_sequence_and_balances(clean_sandbox, horizon, http):
+    customer, first, landed = _paid_once(horizon, http, "1")
+    after_first = http.get(f"/accounts/{customer.public_key}").json()
+    _wait_ledgers(horizon, 12)
+    second = build(horizon, customer,
+                   lambda b: b.append_payment_op(DISTRIBUTION.public_key, Asset.native(), "2"))
+    second_landed = horizon.submit_transaction(second, skip_memo_required_check=True)
+    now = horizon.root().call()["core_latest_ledger"]
+    clean_sandbox.fault("horizon.ingest_behind", ledgers=now - landed["ledger"])
+
+    stale = http.get(f"/accounts/{customer.public_key}")
+
+    assert landed["ledger"] <= int(stale.headers["Latest-Ledger"]) < second_landed["ledger"]
+    assert stale.json()["sequence"] == after_first["sequence"] == str(first.transaction.sequence)
+    assert stale.json()["balances"] == after_first["balances"]
+    assert http.get(f"/accounts/{customer.public_key}").json()["sequence"] != str(
+        second.transaction.sequence)
+
+
+def test_split_nodes_alternate_between_two_heights(clean_sandbox, strict, horizon, http):
+    customer, envelope, _ = _paid_once(horizon, http)
+    clean_sandbox.fault("horizon.split_nodes", ledgers=1000, first="behind")
+
+    answers = []
+    for _ in range(4):
+        try:
+            strict.transactions().transaction(envelope.hash_hex()).call()
+            answers.append("found")
+        except NotFoundError:
+            answers.append("404")
+    plain = [http.get(f"/transactions/{envelope.hash_hex()}").status_code for _ in range(2)]
+
+    assert answers == ["404", "found", "404", "found"]
+    assert plain == [200, 200]  # other clients are served by the current node
+
+
+def test_unknown_fault_names_are_refused_with_the_known_list(clean_sandbox):
+    response = clean_sandbox.http.post("/sandbox/faults",
+                                       json={"name": "horizon.lookup_404_twice"})
+    listing = clean_sandbox.http.get("/sandbox/faults").json()
+
+    assert response.status_code == 400
+    assert response.json()["error"] == "unknown fault 'horizon.lookup_404_twice'"
+    assert {"horizon.lookup_404_once", "horizon.lookup_lag", "horizon.ingest_behind",
+            "horizon.split_nodes", "ap.event_lose"} <= set(response.json()["known"])
+    assert listing == {"faults": []}  # nothing was switched on
+
+
+@pytest.mark.parametrize("body", [
+    {"name": "horizon.lookup_lag", "times": "abc"},
+    {"name": "horizon.lookup_lag", "times": -1},
+    {"name": "horizon.lookup_lag", "params": [1]},
+    {"name": ["horizon.lookup_lag"]},
+    [1],
+])
+def test_a_malformed_fault_switch_is_a_400_and_switches_nothing(clean_sandbox, body):
+    """Found by the money-path attacker: these gave a 500 (or, for a list of params,
+    were stored and then broke every Horizon read)."""
+    response = clean_sandbox.http.post("/sandbox/faults", json=body)
+
+    assert response.status_code == 400, response.text
+    assert clean_sandbox.http.get("/sandbox/faults").json() == {"faults": []}
+    assert clean_sandbox.http.get("/horizon/").status_code == 200
+
+
 def test_channel_accounts_land_in_the_same_ledger(horizon, http):
     customer = friendbot(http)
     trust_usdc(horizon, customer)
@@ -812,3 +987,19 @@ def test_fidelity_fee_stats_and_root(horizon, http):
     assert set(root["_links"]) == set(real_root["_links"]) | {"friendbot"}
     for key in real_root:
         assert type(root[key]) is type(real_root[key]), key
+
+
+def test_every_fault_name_a_stand_in_reads_is_known():
+    """A fault read by a stand-in but missing from ``KNOWN`` could never be switched on
+    (POST /sandbox/faults refuses it): every literal name passed to ``faults.take`` /
+    ``faults.peek`` under sandbox/ must be listed."""
+    import re
+
+    from sandbox.control.faults import KNOWN
+    from tests.conftest import ROOT
+
+    pattern = re.compile(r'faults\.(?:take|peek|take_numbered|get)\(\s*"([a-z0-9]+\.[a-z0-9_]+)"')
+    read = {name for path in (ROOT / "sandbox").rglob("*.py")
+            for name in pattern.findall(path.read_text())}
+    assert read, "the pattern found no fault reads at all"
+    assert read - KNOWN == set()

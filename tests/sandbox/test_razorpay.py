@@ -30,6 +30,7 @@ from sandbox.razorpay.common import checkout_signature, compact_json, hmac_sha25
 from sandbox.razorpay.payins import fee_and_tax, format_inr
 from sandbox.razorpay.webhooks import sign
 from tests.conftest import reference_path
+from tests.flows import wait_for
 
 ORDER_KEYS = ["id", "entity", "amount", "amount_paid", "amount_due", "currency", "receipt",
               "offer_id", "status", "attempts", "notes", "created_at"]
@@ -108,7 +109,7 @@ def receiver(settings, clean_sandbox) -> Receiver:
     yield RECEIVER
     RECEIVER.reset()
     for payment_id in PAID:
-        wait_until(lambda payment_id=payment_id: all(
+        wait_for(lambda payment_id=payment_id: all(
             r["delivered"] or r["lost"] for r in deliveries(clean_sandbox, entity_id=payment_id)))
     PAID.clear()
 
@@ -161,17 +162,6 @@ def deliveries(sandbox, **filters) -> list[dict]:
     return response.json()["items"]
 
 
-def wait_until(predicate, timeout: float = 5.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {predicate}")
-        time.sleep(interval)
-
-
 def all_delivered(sandbox, payment_id: str, timeout: float = 5.0) -> list[dict]:
     """The payment's deliveries once every one of them got a 2xx."""
 
@@ -179,7 +169,7 @@ def all_delivered(sandbox, payment_id: str, timeout: float = 5.0) -> list[dict]:
         rows = deliveries(sandbox, entity_id=payment_id)
         return rows if rows and all(r["delivered"] for r in rows) else None
 
-    return wait_until(done, timeout)
+    return wait_for(done, timeout=timeout)
 
 
 def own_hmac(secret: str, raw: bytes) -> str:
@@ -439,8 +429,8 @@ def test_webhooks_reach_the_merchant_as_signed_raw_utf8_bytes(sandbox, receiver)
     order, paid = paid_order(sandbox, notes={"memo": memo})
     payment_id = paid["payment"]["id"]
 
-    received = wait_until(lambda: len(receiver.for_payment(payment_id)) == 2
-                          and receiver.for_payment(payment_id))
+    received = wait_for(lambda: len(receiver.for_payment(payment_id)) == 2
+                        and receiver.for_payment(payment_id))
     rows = {r["event_id"]: r for r in all_delivered(sandbox, payment_id)}
     assert len(rows) == 2
     for request in received:
@@ -695,7 +685,7 @@ def test_unacknowledged_delivery_keeps_being_retried(sandbox, receiver):
         rows = deliveries(sandbox, entity_id=payment_id)
         return rows if min(r["attempts"] for r in rows) >= 3 else None
 
-    rows = wait_until(retried_three_times)
+    rows = wait_for(retried_three_times)
     for row in rows:
         assert (row["delivered"], row["gave_up"], row["last_status"]) == (False, False, 404)
         assert row["next_attempt_at"] is not None
@@ -710,7 +700,7 @@ def test_unacknowledged_delivery_keeps_being_retried(sandbox, receiver):
 def test_redeliver_replays_the_same_event_bytes(sandbox, receiver):
     _, paid = paid_order(sandbox)
     payment_id = paid["payment"]["id"]
-    wait_until(lambda: len(receiver.for_payment(payment_id)) == 2)
+    wait_for(lambda: len(receiver.for_payment(payment_id)) == 2)
     original = receiver.for_payment(payment_id)[0]
 
     response = httpx.post(f"{sandbox.url}/razorpay/sandbox/webhooks/redeliver",
@@ -720,7 +710,7 @@ def test_redeliver_replays_the_same_event_bytes(sandbox, receiver):
 
     assert response.status_code == 200, response.text
     assert response.json()["kind"] == "replay"
-    replays = wait_until(lambda: [r for r in receiver.for_payment(payment_id)
+    replays = wait_for(lambda: [r for r in receiver.for_payment(payment_id)
                                   if r["event_id"] == original["event_id"]][1:])
     assert replays[0]["raw"] == original["raw"]
     assert replays[0]["headers"]["X-Razorpay-Signature"] == original["headers"][
@@ -742,8 +732,8 @@ def test_fault_webhook_replay_delivers_each_event_several_times(sandbox, receive
     _, next_paid = paid_order(sandbox)
 
     payment_id = paid["payment"]["id"]
-    received = wait_until(lambda: len(receiver.for_payment(payment_id)) == 6
-                          and receiver.for_payment(payment_id))
+    received = wait_for(lambda: len(receiver.for_payment(payment_id)) == 6
+                        and receiver.for_payment(payment_id))
     by_event: dict[str, list] = {}
     for request in received:
         by_event.setdefault(request["event_id"], []).append(request)
@@ -756,7 +746,7 @@ def test_fault_webhook_replay_delivers_each_event_several_times(sandbox, receive
     kinds = sorted(r["kind"] for r in deliveries(sandbox, entity_id=payment_id))
     assert kinds == ["duplicate"] * 4 + ["original"] * 2
     next_id = next_paid["payment"]["id"]
-    wait_until(lambda: len(receiver.for_payment(next_id)) == 2)
+    wait_for(lambda: len(receiver.for_payment(next_id)) == 2)
     time.sleep(0.3)
     assert len(receiver.for_payment(next_id)) == 2  # the fault fired once
 
@@ -769,8 +759,8 @@ def test_fault_webhook_replay_concurrent_sends_copies_at_once(sandbox, receiver)
     _, paid = paid_order(sandbox)
 
     payment_id = paid["payment"]["id"]
-    received = wait_until(lambda: len(receiver.for_payment(payment_id)) == 6
-                          and receiver.for_payment(payment_id))
+    received = wait_for(lambda: len(receiver.for_payment(payment_id)) == 6
+                        and receiver.for_payment(payment_id))
     by_event: dict[str, list] = {}
     for request in received:
         by_event.setdefault(request["event_id"], []).append(request)
@@ -790,7 +780,7 @@ def test_fault_webhook_lose_never_delivers_but_the_api_shows_paid(sandbox, recei
     payment_id = paid["payment"]["id"]
     assert sdk(sandbox).order.fetch(order["id"])["status"] == "paid"
     assert sdk(sandbox).payment.fetch(payment_id)["status"] == "captured"
-    wait_until(lambda: len(receiver.for_payment(next_paid["payment"]["id"])) == 2)
+    wait_for(lambda: len(receiver.for_payment(next_paid["payment"]["id"])) == 2)
     time.sleep(0.3)
     assert receiver.for_payment(payment_id) == []
     rows = deliveries(sandbox, entity_id=payment_id)
@@ -801,7 +791,7 @@ def test_fault_webhook_lose_never_delivers_but_the_api_shows_paid(sandbox, recei
     httpx.post(f"{sandbox.url}/razorpay/sandbox/webhooks/redeliver",
                json={"event_id": rows[0]["event_id"]}).raise_for_status()
 
-    replayed = wait_until(lambda: receiver.for_payment(payment_id))
+    replayed = wait_for(lambda: receiver.for_payment(payment_id))
     assert replayed[0]["event_id"] == rows[0]["event_id"]
     assert replayed[0]["raw"] == rows[0]["body"].encode("utf-8")
 
@@ -813,8 +803,8 @@ def test_fault_webhook_reorder_sends_order_paid_first(sandbox, receiver):
     _, paid = paid_order(sandbox)
 
     payment_id = paid["payment"]["id"]
-    received = wait_until(lambda: len(receiver.for_payment(payment_id)) == 2
-                          and receiver.for_payment(payment_id))
+    received = wait_for(lambda: len(receiver.for_payment(payment_id)) == 2
+                        and receiver.for_payment(payment_id))
     assert [r["event"] for r in received] == ["order.paid", "payment.captured"]
     rows = {r["event"]: r for r in deliveries(sandbox, entity_id=payment_id)}
     assert rows["order.paid"]["first_sent_at"] < rows["payment.captured"]["first_sent_at"]
@@ -832,12 +822,12 @@ def test_fault_payment_failed_then_captured(sandbox, receiver):
     assert body["payment"]["status"] == "failed"
     assert "razorpay_signature" not in body["callback"]
     assert client.order.fetch(order["id"])["status"] == "attempted"
-    wait_until(lambda: client.order.fetch(order["id"])["status"] == "paid", timeout=5)
+    wait_for(lambda: client.order.fetch(order["id"])["status"] == "paid", timeout=5)
     payment = client.payment.fetch(payment_id)
     assert (payment["status"], payment["error_code"]) == ("captured", None)
     assert client.order.payments(order["id"])["count"] == 1
-    received = wait_until(lambda: len(receiver.for_payment(payment_id)) == 3
-                          and receiver.for_payment(payment_id))
+    received = wait_for(lambda: len(receiver.for_payment(payment_id)) == 3
+                        and receiver.for_payment(payment_id))
     assert received[0]["event"] == "payment.failed"
     assert sorted(r["event"] for r in received[1:]) == ["order.paid", "payment.captured"]
     assert len({r["event_id"] for r in received}) == 3

@@ -30,6 +30,7 @@ from django.views.decorators.csrf import csrf_exempt
 from sandbox.razorpay.common import compact_json
 from sandbox.razorpay.payouts import fee_and_tax
 from tests.conftest import reference_path
+from tests.flows import wait_for
 
 ACCOUNT_NUMBER = getattr(settings, "RAZORPAYX_ACCOUNT_NUMBER", "2323230041626905")
 ENVELOPE_KEYS = ["entity", "account_id", "event", "contains", "payload", "created_at"]
@@ -124,7 +125,7 @@ def receiver(settings, clean_sandbox) -> Receiver:
         return all(d["delivered"] or d["lost"] for r in rows
                    for d in deliveries(clean_sandbox, entity_id=r["id"]))
 
-    wait_until(settled)
+    wait_for(settled)
     RECEIVER.reset()
     FUND_ACCOUNTS.clear()
 
@@ -139,17 +140,6 @@ def auth() -> tuple[str, str]:
 def api(sandbox, method: str, path_: str, **kwargs) -> httpx.Response:
     return httpx.request(method, f"{sandbox.url}/razorpay/v1{path_}", auth=auth(), timeout=20,
                          **kwargs)
-
-
-def wait_until(predicate, timeout: float = 5.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {predicate}")
-        time.sleep(interval)
 
 
 def reference(name: str) -> dict:
@@ -244,14 +234,14 @@ def deliveries(sandbox, **filters) -> list[dict]:
     return response.json()["items"]
 
 
-def settle(sandbox, payout_id: str, **body) -> httpx.Response:
+def settle_payout(sandbox, payout_id: str, **body) -> httpx.Response:
     return httpx.post(f"{sandbox.url}/razorpay/sandbox/payouts/{payout_id}/settle", json=body,
                       timeout=10)
 
 
 def received(receiver: Receiver, payout_id: str, count: int, timeout: float = 5.0):
-    return wait_until(lambda: len(receiver.for_payout(payout_id)) >= count
-                      and receiver.for_payout(payout_id), timeout)
+    return wait_for(lambda: len(receiver.for_payout(payout_id)) >= count
+                    and receiver.for_payout(payout_id), timeout=timeout)
 
 
 def events(requests: list[dict]) -> list[str]:
@@ -259,8 +249,8 @@ def events(requests: list[dict]) -> list[str]:
 
 
 def status_of(sandbox, payout_id: str, status: str, timeout: float = 5.0) -> dict:
-    return wait_until(lambda: (p := get_payout(sandbox, payout_id))["status"] == status and p,
-                      timeout)
+    return wait_for(lambda: (p := get_payout(sandbox, payout_id))["status"] == status and p,
+                    timeout=timeout)
 
 
 # --- contacts and fund accounts -------------------------------------------------------
@@ -554,7 +544,7 @@ def test_concurrent_duplicate_in_flight_gets_409_and_then_the_stored_payout(sand
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         first = pool.submit(post_payout, sandbox, body, key)
-        wait_until(lambda: sandbox_payouts(sandbox, idempotency_key=key))
+        wait_for(lambda: sandbox_payouts(sandbox, idempotency_key=key))
         in_flight = post_payout(sandbox, body, key)
         receiver.gate.set()
         first = first.result()
@@ -777,12 +767,12 @@ def test_hand_settlement_moves_and_refuses_impossible_moves(sandbox, receiver):
     one, _ = create_payout(sandbox, fund_account)
     two, _ = create_payout(sandbox, fund_account)
 
-    failed = settle(sandbox, one["id"], status="failed", reason="bank_account_closed")
-    not_again = settle(sandbox, one["id"], status="processed")
-    processed = settle(sandbox, two["id"], status="processed")
-    reversed_ = settle(sandbox, two["id"], status="reversed")
-    unknown = settle(sandbox, "pout_DoesNotExist00", status="processed")
-    bad = settle(sandbox, two["id"], status="done")
+    failed = settle_payout(sandbox, one["id"], status="failed", reason="bank_account_closed")
+    not_again = settle_payout(sandbox, one["id"], status="processed")
+    processed = settle_payout(sandbox, two["id"], status="processed")
+    reversed_ = settle_payout(sandbox, two["id"], status="reversed")
+    unknown = settle_payout(sandbox, "pout_DoesNotExist00", status="processed")
+    bad = settle_payout(sandbox, two["id"], status="done")
 
     assert failed.status_code == 200
     assert (failed.json()["status"], failed.json()["status_details"]) == ("failed", {
@@ -984,7 +974,7 @@ def test_fault_webhook_lose_records_but_never_sends(sandbox, receiver):
     payout, _ = create_payout(sandbox, fund_account)
 
     status_of(sandbox, payout["id"], "processed")
-    rows = wait_until(lambda: len(r := deliveries(sandbox, entity_id=payout["id"])) == 3 and r)
+    rows = wait_for(lambda: len(r := deliveries(sandbox, entity_id=payout["id"])) == 3 and r)
     time.sleep(0.2)
     assert receiver.for_payout(payout["id"]) == []
     assert all(r["lost"] and r["attempts"] == 0 for r in rows)

@@ -32,6 +32,8 @@ import psycopg
 from django.conf import settings
 from django.core.management import BaseCommand
 
+from corridor import processes
+
 ROOT = Path(settings.BASE_DIR)
 LOGS = ROOT / ".devservices" / "demo-logs"
 DEMO_TIMINGS = {
@@ -105,8 +107,7 @@ class _Demo:
         self.out = stdout
         self.n = n
         self.timeout = timeout
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.logs: list = []
+        self.supervisor: processes.Supervisor | None = None
         LOGS.mkdir(parents=True, exist_ok=True)
 
     def say(self, line: str) -> None:
@@ -114,25 +115,13 @@ class _Demo:
         self.out.flush()
 
     def spawn(self, name: str, argv: list[str], **extra_env: str) -> subprocess.Popen:
-        log = open(LOGS / f"{name}.log", "w")  # noqa: SIM115 - closed in stop_all
-        self.logs.append(log)
-        env = {**os.environ, **self.env, **extra_env}
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        self.procs[name] = proc
-        return proc
+        if self.supervisor is None:
+            self.supervisor = processes.Supervisor(cwd=ROOT, logs=LOGS, env=self.env)
+        return self.supervisor.spawn(name, argv, **extra_env)
 
     def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        for log in self.logs:
-            log.close()
+        if self.supervisor is not None:
+            self.supervisor.stop_all()
 
     def run(self) -> int:
         started = time.monotonic()
@@ -250,21 +239,20 @@ class _Demo:
             time.sleep(1)
 
     def _withdrawal_summary(self, sandbox, ids: list[str]) -> str:
-        from payouts.models import WithdrawalPayout
+        from corridor import invariants
 
-        payouts = sandbox.http.get("/razorpay/sandbox/payouts").json()["payouts"]
-        per_reference: dict[str, int] = {}
-        for payout in payouts:
-            per_reference[payout["reference_id"]] = per_reference.get(payout["reference_id"],
-                                                                      0) + 1
-        double = sum(max(0, per_reference.get(t, 0) - 1) for t in ids)
-        rows = WithdrawalPayout.objects.filter(transaction_id__in=ids)
+        figures = invariants.withdrawal_figures(sandbox, ids)
+        # The demo leaves ap.stale_status on at the end (its point): AP's reads lie, so
+        # only the payout counts are reported here.
+        figures.violations = [v for v in figures.violations if not v.startswith("ap_mismatch")]
+        self._report(figures)
+        c = figures.counts
         killed = "yes" if getattr(self, "poller_killed", False) else "no"
         self.say(f"demo: poller killed after its provider call: {killed}\n")
         return (f"withdrawals={len(ids)} "
-                f"withdrawals_completed={rows.filter(status='completed').count()} "
-                f"payouts_reversed={rows.filter(status='reversed').count()} "
-                f"double_payouts={double}")
+                f"withdrawals_completed={c['withdrawals_completed']} "
+                f"payouts_reversed={c['payouts_reversed']} "
+                f"double_payouts={c['double_payouts']}")
 
     def _drive_remittances(self, sandbox, web_url: str) -> str:
         """DEMO_REMITTANCES (default 20) remittances through the partner API, each funded
@@ -273,8 +261,7 @@ class _Demo:
         failed after funding); waits for every saga to stop and returns the summary keys.
         ``ledger_matches_chain`` compares the hub's USDC in the ledger with the hub
         account's USDC on the sandbox Horizon (both start at zero after the reset)."""
-        from anchor import stellar
-        from ledger import services as ledger
+        from corridor import invariants
         from sagas import remittances
         from sagas.models import Saga
 
@@ -311,17 +298,19 @@ class _Demo:
         while (Saga.objects.filter(pk__in=ids, status__in=Saga.OPEN_STATUSES).exists()
                and time.monotonic() < deadline):
             time.sleep(1)
-        done = dict.fromkeys(Saga.Status.values, 0)
-        for status in Saga.objects.filter(pk__in=ids).values_list("status", flat=True):
-            done[status] += 1
-        on_chain = stellar.asset_balance(stellar.hub_keypair().public_key, stellar.usdc())
-        in_ledger = ledger.balance(account="hub", currency="USDC")
-        matches = "yes" if on_chain == in_ledger else "no"
+        sagas = invariants.saga_figures(ids)
+        books = invariants.books()
+        self._report(sagas)
+        self._report(books)
+        done = sagas.counts
+        matches = "yes" if books.counts["ledger_matches_chain"] else "no"
+        on_chain, in_ledger = books.counts["hub_chain"], books.counts["hub_ledger"]
         shown = "no account" if on_chain is None else format(on_chain, "f")
         self.say(f"demo: hub USDC on chain {shown}, in the ledger {in_ledger:f}\n")
-        return (f"sagas={n} sagas_completed={done['completed']} "
-                f"sagas_compensated={done['compensated']} "
-                f"sagas_manual_review={done['manual_review']} ledger_matches_chain={matches}")
+        return (f"sagas={n} sagas_completed={done['sagas_completed']} "
+                f"sagas_compensated={done['sagas_compensated']} "
+                f"sagas_manual_review={done['sagas_manual_review']} "
+                f"ledger_matches_chain={matches}")
 
     def _worker_argv(self, name: str, concurrency: int) -> list[str]:
         return [sys.executable, "-m", "celery", "-A", "corridor", "worker", "--pool", "threads",
@@ -338,15 +327,7 @@ class _Demo:
         self.spawn("worker-2", self._worker_argv("w2", 4))
 
     def _wait_http(self, url: str, ok_codes=(200,)) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url, timeout=2).status_code in ok_codes:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"{url} did not come up; see {LOGS}")
+        processes.wait_http(url, ok_codes=ok_codes, timeout=60, logs=LOGS)
 
     def _drive(self, sandbox) -> dict[str, object]:
         from sandbox.drivers import Customer, Wallet
@@ -383,26 +364,24 @@ class _Demo:
             time.sleep(1)
 
     def _summary(self, sandbox, wallets: dict, elapsed: float) -> str:
-        from anchor import platform
         from anchor.models import DepositRelease
+        from corridor import invariants
 
-        completed = mismatches = double = 0
-        for transaction_id, wallet in wallets.items():
-            ap = platform.get_transaction(transaction_id) or {}
-            release = DepositRelease.objects.filter(transaction_id=transaction_id).first()
-            ap_done = ap.get("status") == "completed"
-            completed += ap_done
-            ours_done = release is not None and release.status == "completed"
-            ap_hashes = [st.get("id") for st in ap.get("stellar_transactions") or []]
-            if ap_done != ours_done or (ap_done and ap_hashes != [release.tx_hash]):
-                mismatches += 1
-            double += max(0, len(wallet.usdc_payments()) - 1)
+        figures = invariants.deposit_figures(
+            sandbox, {tid: wallet.address for tid, wallet in wallets.items()})
+        self._report(figures)
+        c = figures.counts
         review = DepositRelease.objects.filter(status="manual_review").count()
         killed = "yes" if getattr(self, "killed", False) else "no"
         self.say(f"demo: worker killed mid-release: {killed}\n")
-        return (f"demo: deposits={len(wallets)} deposits_completed={completed} "
-                f"manual_review={review} double_payments={double} "
-                f"ap_mismatches={mismatches} elapsed_s={elapsed:.1f}\n")
+        return (f"demo: deposits={len(wallets)} deposits_completed={c['deposits_completed']} "
+                f"manual_review={review} "
+                f"double_payments={c['double_payments'] + c['stray_payments']} "
+                f"ap_mismatches={c['ap_mismatches']} elapsed_s={elapsed:.1f}\n")
+
+    def _report(self, figures) -> None:
+        for violation in figures.violations:
+            self.say(f"demo: violation: {violation}\n")
 
 
 class _SandboxHandle:

@@ -1,4 +1,5 @@
-"""``python manage.py sandbox [--addr 127.0.0.1:8100] [--reset]``: serve the stand-ins.
+"""``python manage.py sandbox [--addr 127.0.0.1:$SANDBOX_PORT] [--reset]``: serve the
+stand-ins (``SANDBOX_PORT``: settings, default 8100).
 
 Creates and migrates the sandbox database (``SANDBOX_DATABASE_URL``), starts the
 background loops of each stand-in and serves ``sandbox.urls`` with a threaded WSGI
@@ -42,7 +43,7 @@ class Command(BaseCommand):
     help = "Serve the sandbox stand-ins (Horizon, Anchor Platform, Razorpay/RazorpayX)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--addr", default="127.0.0.1:8100")
+        parser.add_argument("--addr", default=f"127.0.0.1:{settings.SANDBOX_PORT}")
         parser.add_argument("--reset", action="store_true", help="start from an empty world")
 
     def handle(self, *args, addr, reset, **options):

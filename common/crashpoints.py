@@ -7,5 +7,6 @@ import signal
 
 
 def crash_point(name: str) -> None:
+    """SIGKILL this process if ``CORRIDOR_CRASH_AT`` equals ``name``; else nothing."""
     if os.environ.get("CORRIDOR_CRASH_AT") == name:
         os.kill(os.getpid(), signal.SIGKILL)

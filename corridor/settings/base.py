@@ -8,14 +8,41 @@ from pathlib import Path
 
 import environ
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+from corridor import ports
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
 env = environ.Env()
-environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+# Variables already in the environment win over the file; CORRIDOR_ENV_FILE names
+# another file (tests use os.devnull to keep a developer's .env out).
+environ.Env.read_env(env.str("CORRIDOR_ENV_FILE", default=str(BASE_DIR / ".env")),
+                     overwrite=False)
 
 _DEV_PG = "postgresql://postgres@127.0.0.1:54329"
 
-SECRET_KEY = env("DJANGO_SECRET_KEY", default="dev-only-not-secret-corridor-django-key-000000")
-DEBUG = env.bool("DJANGO_DEBUG", default=True)
+# The secrets' sandbox values: public and fake, valid only against the sandbox, so that
+# `make run` needs no configuration. corridor/checks.py refuses every one of them in
+# production; corridor/settings/production.py never uses them as defaults.
+_SANDBOX_SECRET_DEFAULTS = {
+    "SECRET_KEY": "dev-only-not-secret-corridor-django-key-000000",
+    "STELLAR_DISTRIBUTION_SECRET": "SD5OLL3DQ5W4JM3BYCKEMDM6P62RQCCLHZPMSTAOONOL72HYLUS6I2W7",
+    "AP_PLATFORM_AUTH_SECRET": "sandbox-platform-secret-0123456789abcdef0123",
+    "AP_CALLBACK_AUTH_SECRET": "sandbox-callback-secret-0123456789abcdef0123",
+    "AP_INTERACTIVE_JWT_SECRET": "sandbox-interactive-secret-0123456789abcdef0",
+    "AP_MORE_INFO_JWT_SECRET": "sandbox-moreinfo-secret-0123456789abcdef0123",
+    "RAZORPAY_KEY_SECRET": "sandbox-razorpay-key-secret",
+    "RAZORPAY_WEBHOOK_SECRET": "sandbox-razorpay-webhook-secret",
+    "STELLAR_HUB_SECRET": "SDNXGSEZZMSHL7VIWQDHRW66UWZNPOGKWJA6DVWDLSVVS3TYBVXR53K6",
+    "ANCHOR31_AUTH_TOKEN": "sandbox-sep31:GANBGMMVHZ5CFXCQWUZYPAQJ4IUOH27V33I6F46KLRJB3HKL6LVQ2IMB",
+    "SANDBOX_AP_SEP10_JWT_SECRET": "sandbox-sep10-secret-0123456789abcdef012345",
+}
+SANDBOX_SECRET_VALUES = tuple(_SANDBOX_SECRET_DEFAULTS.values())
+
+SECRET_KEY = env("DJANGO_SECRET_KEY", default=_SANDBOX_SECRET_DEFAULTS["SECRET_KEY"])
+# Off unless asked for: `make run` sets DJANGO_DEBUG=true; tests run with it off.
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+# DJANGO_DEBUG=false said out loud means "this is a deployment" even without
+# CORRIDOR_ENV=production: the secrets part of corridor/checks.py then applies.
+DEBUG_EXPLICITLY_OFF = "DJANGO_DEBUG" in env.ENVIRON and not DEBUG
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["*"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -31,28 +58,32 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "corridor",
     "django_celery_beat",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "axes",
     "ledger",
     "anchor",
     "payouts",
     "sagas",
-    "sandbox",
-    "sandbox.control",
-    "sandbox.horizon",
-    "sandbox.ap",
-    "sandbox.razorpay",
-    "sandbox.anchor31",
 ]
 
 MIDDLEWARE = [
+    # Liveness probes by IP pass the host check (corridor/middleware.py).
+    "corridor.middleware.liveness_middleware",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "corridor.middleware.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files (SEP-24 pages, admin) from the app server itself in every mode.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last of Django's, as django-axes documents: it turns a lockout into its response.
+    "axes.middleware.AxesMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -76,27 +107,67 @@ TEMPLATES = [
 
 DATABASES = {
     "default": env.db("DATABASE_URL", default=f"{_DEV_PG}/corridor"),
-    # The sandbox's own world (ledger, AP transactions, orders, payouts). Only the
-    # sandbox apps are routed here (sandbox/router.py); Corridor never reads it.
-    "sandbox": env.db("SANDBOX_DATABASE_URL", default=f"{_DEV_PG}/corridor_sandbox"),
 }
 for _db in DATABASES.values():
     _db.setdefault("CONN_MAX_AGE", 0)
 # TEST_DB_SUFFIX lets several test runs share one PostgreSQL server side by side.
 _suffix = env("TEST_DB_SUFFIX", default="")
 DATABASES["default"]["TEST"] = {"NAME": "test_" + DATABASES["default"]["NAME"] + _suffix}
-DATABASES["sandbox"]["TEST"] = {"NAME": DATABASES["sandbox"]["NAME"] + "_test" + _suffix}
-DATABASE_ROUTERS = ["sandbox.router.SandboxRouter"]
+DATABASE_ROUTERS: list[str] = []
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-AUTH_PASSWORD_VALIDATORS = []
+# --- Operators: the admin's login (issue 9 part 4) ---
+# django-axes first (it refuses a locked-out login before any password is checked),
+# then Django's model backend (django-axes docs, "Configuration").
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+_PV = "django.contrib.auth.password_validation"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": f"{_PV}.UserAttributeSimilarityValidator"},
+    {"NAME": f"{_PV}.MinimumLengthValidator",
+     "OPTIONS": {"min_length": env.int("PASSWORD_MIN_LENGTH", default=12)}},
+    {"NAME": f"{_PV}.CommonPasswordValidator"},
+    {"NAME": f"{_PV}.NumericPasswordValidator"},
+]
+# Lockout (django-axes): after AXES_FAILURE_LIMIT wrong passwords for one username, or
+# from one client IP (AXES_LOCKOUT_PARAMETERS), every login of it is refused (429), the
+# right password included, until AXES_COOLOFF_TIME hours pass without another attempt
+# or an operator runs `manage.py axes_reset_username NAME` / `axes_reset_ip IP`.
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = env.float("AXES_COOLOFF_TIME", default=1.0)
+AXES_LOCKOUT_PARAMETERS = env.list("AXES_LOCKOUT_PARAMETERS",
+                                   default=["username", "ip_address"])
+AXES_RESET_ON_SUCCESS = True
+# The client's IP (django-ipware): AXES_IPWARE_PROXY_COUNT is the number of proxies in
+# front of Corridor that append to X-Forwarded-For. 0 (development): REMOTE_ADDR only,
+# never a header a client can forge; production.py defaults to 1. Behind proxies the
+# right-most entries are the ones the proxies wrote (a client can prepend anything).
+AXES_IPWARE_PROXY_COUNT = env.int("AXES_IPWARE_PROXY_COUNT", default=0) or None
+AXES_IPWARE_PROXY_ORDER = "right-most"
+AXES_IPWARE_META_PRECEDENCE_ORDER = (["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
+                                     if AXES_IPWARE_PROXY_COUNT else ["REMOTE_ADDR"])
+# A TOTP second factor (django-otp) for every staff login to /admin/ (corridor/admin_site.py):
+# on by default in production, off in development so tests can force_login.
+ADMIN_OTP_REQUIRED = env.bool("ADMIN_OTP_REQUIRED", default=False)
+OTP_TOTP_ISSUER = env("OTP_TOTP_ISSUER", default="Corridor")
+# Sessions: an operator's session lasts this long (seconds, default 8 hours); production
+# also ends it when the browser closes.
+SESSION_COOKIE_AGE = env.int("SESSION_COOKIE_AGE", default=8 * 3600)
+SESSION_EXPIRE_AT_BROWSER_CLOSE = env.bool("SESSION_EXPIRE_AT_BROWSER_CLOSE", default=False)
 LANGUAGE_CODE = "en"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / ".staticfiles"
+# Where collectstatic writes (production's release step); WhiteNoise serves it.
+STATIC_ROOT = env("STATIC_ROOT", default=str(BASE_DIR / ".staticfiles"))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
 
 # JSON lines through structlog for every logger (corridor/logging.py: fields, context
 # ids, redaction). Django's own loggers propagate to the root handler instead of their
@@ -127,8 +198,12 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 
 # --- External systems (the sandbox by default; real services by configuration) ---
-SANDBOX_URL = env("SANDBOX_URL", default="http://127.0.0.1:8100")
-CORRIDOR_URL = env("CORRIDOR_URL", default="http://127.0.0.1:8000")
+# Ports from one place (corridor/ports.py): PORT and SANDBOX_PORT; every local URL
+# default below derives from these two URLs.
+PORT = ports.port()
+SANDBOX_PORT = ports.sandbox_port()
+SANDBOX_URL = env("SANDBOX_URL", default=ports.local_url(SANDBOX_PORT))
+CORRIDOR_URL = env("CORRIDOR_URL", default=ports.local_url(PORT))
 HTTP_TIMEOUT_S = env.float("HTTP_TIMEOUT_S", default=10.0)
 
 HORIZON_URL = env("HORIZON_URL", default=f"{SANDBOX_URL}/horizon")
@@ -142,7 +217,7 @@ STELLAR_USDC_ISSUER = env(
 )
 STELLAR_DISTRIBUTION_SECRET = env(
     "STELLAR_DISTRIBUTION_SECRET",
-    default="SD5OLL3DQ5W4JM3BYCKEMDM6P62RQCCLHZPMSTAOONOL72HYLUS6I2W7",
+    default=_SANDBOX_SECRET_DEFAULTS["STELLAR_DISTRIBUTION_SECRET"],
 )
 # Channel accounts: the source of each release transaction (one in flight per
 # channel). Empty -> the distribution account is its own single channel.
@@ -153,24 +228,28 @@ STELLAR_SUBMIT_TIMEOUT_S = env.float("STELLAR_SUBMIT_TIMEOUT_S", default=35.0)
 
 AP_PLATFORM_URL = env("AP_PLATFORM_URL", default=f"{SANDBOX_URL}/ap/platform")
 AP_PLATFORM_AUTH_SECRET = env(
-    "AP_PLATFORM_AUTH_SECRET", default="sandbox-platform-secret-0123456789abcdef0123"
+    "AP_PLATFORM_AUTH_SECRET", default=_SANDBOX_SECRET_DEFAULTS["AP_PLATFORM_AUTH_SECRET"]
 )
 AP_CALLBACK_AUTH_SECRET = env(
-    "AP_CALLBACK_AUTH_SECRET", default="sandbox-callback-secret-0123456789abcdef0123"
+    "AP_CALLBACK_AUTH_SECRET", default=_SANDBOX_SECRET_DEFAULTS["AP_CALLBACK_AUTH_SECRET"]
 )
 AP_INTERACTIVE_JWT_SECRET = env(
-    "AP_INTERACTIVE_JWT_SECRET", default="sandbox-interactive-secret-0123456789abcdef0"
+    "AP_INTERACTIVE_JWT_SECRET", default=_SANDBOX_SECRET_DEFAULTS["AP_INTERACTIVE_JWT_SECRET"]
 )
 AP_MORE_INFO_JWT_SECRET = env(
-    "AP_MORE_INFO_JWT_SECRET", default="sandbox-moreinfo-secret-0123456789abcdef0123"
+    "AP_MORE_INFO_JWT_SECRET", default=_SANDBOX_SECRET_DEFAULTS["AP_MORE_INFO_JWT_SECRET"]
 )
 AP_JWT_LEEWAY_S = env.int("AP_JWT_LEEWAY_S", default=5)
 AP_FIAT_ASSET = env("AP_FIAT_ASSET", default="iso4217:INR")
 
 RAZORPAY_API_URL = env("RAZORPAY_API_URL", default=f"{SANDBOX_URL}/razorpay")
 RAZORPAY_KEY_ID = env("RAZORPAY_KEY_ID", default="rzp_test_sandbox")
-RAZORPAY_KEY_SECRET = env("RAZORPAY_KEY_SECRET", default="sandbox-razorpay-key-secret")
-RAZORPAY_WEBHOOK_SECRET = env("RAZORPAY_WEBHOOK_SECRET", default="sandbox-razorpay-webhook-secret")
+RAZORPAY_KEY_SECRET = env(
+    "RAZORPAY_KEY_SECRET", default=_SANDBOX_SECRET_DEFAULTS["RAZORPAY_KEY_SECRET"]
+)
+RAZORPAY_WEBHOOK_SECRET = env(
+    "RAZORPAY_WEBHOOK_SECRET", default=_SANDBOX_SECRET_DEFAULTS["RAZORPAY_WEBHOOK_SECRET"]
+)
 RAZORPAY_WEBHOOK_PREVIOUS_SECRET = env("RAZORPAY_WEBHOOK_PREVIOUS_SECRET", default="")
 RAZORPAY_CHECKOUT_URL = env("RAZORPAY_CHECKOUT_URL", default="")
 # Our RazorpayX account number (the debit side of every payout, NOTES §2.1).
@@ -214,8 +293,20 @@ AP_SWEEP_PERIOD_S = env.float("AP_SWEEP_PERIOD_S", default=30.0)
 ORDER_RECONCILER_PERIOD_S = env.float("ORDER_RECONCILER_PERIOD_S", default=60.0)
 ORDER_RECONCILER_AGE_S = env.float("ORDER_RECONCILER_AGE_S", default=30.0)
 DEPOSIT_EXPIRY_S = env.float("DEPOSIT_EXPIRY_S", default=3600.0)
+# An interactive form submission's claim (anchor/submissions.py): longer than the
+# holder's slowest step (two outbound calls of HTTP_TIMEOUT_S each); renewed per step.
+INTERACTIVE_SUBMIT_LEASE_S = env.float("INTERACTIVE_SUBMIT_LEASE_S", default=60.0)
+# The sweeper completes a submission whose claim lapsed this long ago (its worker
+# died; the customer's own retry usually comes first), every ..._PERIOD_S.
+INTERACTIVE_SUBMIT_SWEEP_AGE_S = env.float("INTERACTIVE_SUBMIT_SWEEP_AGE_S", default=30.0)
+INTERACTIVE_SUBMIT_SWEEP_PERIOD_S = env.float("INTERACTIVE_SUBMIT_SWEEP_PERIOD_S",
+                                              default=30.0)
 DEPOSIT_EXPIRY_PERIOD_S = env.float("DEPOSIT_EXPIRY_PERIOD_S", default=300.0)
 TRUSTLINE_WAIT_S = env.float("TRUSTLINE_WAIT_S", default=86400.0)
+# A deposit's destination account Horizon answers 404 for is asked again (a node behind
+# its creation proves nothing) until this long after the payment was confirmed; then
+# the release goes to manual review.
+DESTINATION_MISSING_REVIEW_S = env.float("DESTINATION_MISSING_REVIEW_S", default=900.0)
 WITHDRAW_POLL_PERIOD_S = env.float("WITHDRAW_POLL_PERIOD_S", default=30.0)
 # A short receipt waits this long for more payments under its memo before review.
 WITHDRAW_SHORT_GRACE_S = env.float("WITHDRAW_SHORT_GRACE_S", default=3600.0)
@@ -230,35 +321,12 @@ PAYOUT_SETTLEMENT_WINDOW_S = env.float("PAYOUT_SETTLEMENT_WINDOW_S", default=5 *
 # payout).
 PAYOUT_GUARD = True
 
-# --- Sandbox (python manage.py sandbox) ---
-SANDBOX_LEDGER_CLOSE_S = env.float("SANDBOX_LEDGER_CLOSE_S", default=5.0)
-SANDBOX_EVENT_BACKOFF_START_S = env.float("SANDBOX_EVENT_BACKOFF_START_S", default=1.0)
-SANDBOX_EVENT_BACKOFF_MAX_S = env.float("SANDBOX_EVENT_BACKOFF_MAX_S", default=300.0)
-SANDBOX_WEBHOOK_BACKOFF_S = env.float("SANDBOX_WEBHOOK_BACKOFF_S", default=5.0)
-SANDBOX_WEBHOOK_BACKOFF_MAX_S = env.float("SANDBOX_WEBHOOK_BACKOFF_MAX_S", default=300.0)
-SANDBOX_WEBHOOK_RETRY_WINDOW_S = env.float("SANDBOX_WEBHOOK_RETRY_WINDOW_S", default=86400.0)
-# random | payment_first | order_first: the order of payment.captured and order.paid.
-SANDBOX_RAZORPAY_EVENT_ORDER = env("SANDBOX_RAZORPAY_EVENT_ORDER", default="random")
-SANDBOX_SUBMISSION_TIMEOUT_S = env.float("SANDBOX_SUBMISSION_TIMEOUT_S", default=30.0)
-SANDBOX_CALLBACK_URL = env("SANDBOX_CALLBACK_URL", default=f"{CORRIDOR_URL}/callbacks")
-SANDBOX_INTERACTIVE_URL = env(
-    "SANDBOX_INTERACTIVE_URL", default=f"{CORRIDOR_URL}/sep24/interactive"
-)
-SANDBOX_WEBHOOK_URL = env("SANDBOX_WEBHOOK_URL", default=f"{CORRIDOR_URL}/webhooks/razorpay")
-SANDBOX_MORE_INFO_URL = env("SANDBOX_MORE_INFO_URL", default=f"{CORRIDOR_URL}/sep24/more_info")
-SANDBOX_INTERACTIVE_JWT_LIFETIME_S = env.int("SANDBOX_INTERACTIVE_JWT_LIFETIME_S", default=600)
-SANDBOX_MORE_INFO_JWT_LIFETIME_S = env.int("SANDBOX_MORE_INFO_JWT_LIFETIME_S", default=600)
-SANDBOX_EVENT_TIMEOUT_S = env.float("SANDBOX_EVENT_TIMEOUT_S", default=5.0)
-SANDBOX_AP_SEP10_JWT_SECRET = env(
-    "SANDBOX_AP_SEP10_JWT_SECRET", default="sandbox-sep10-secret-0123456789abcdef012345"
-)
-# AP's sep24.deposit_info_generator_type: self (AP picks the withdrawal memo) or none.
-SANDBOX_AP_DEPOSIT_INFO_GENERATOR = env("SANDBOX_AP_DEPOSIT_INFO_GENERATOR", default="self")
-SANDBOX_PAYOUT_SETTLE_S = env.float("SANDBOX_PAYOUT_SETTLE_S", default=1.0)
-SANDBOX_ANCHOR31_STEP_S = env.float("SANDBOX_ANCHOR31_STEP_S", default=0.5)
-SANDBOX_ANCHOR31_EXPIRY_S = env.float("SANDBOX_ANCHOR31_EXPIRY_S", default=86400.0)
-SANDBOX_ANCHOR31_POLL_S = env.float("SANDBOX_ANCHOR31_POLL_S", default=0.2)
-SANDBOX_ANCHOR31_WORKER_POLL_S = env.float("SANDBOX_ANCHOR31_WORKER_POLL_S", default=0.1)
+# --- Operations endpoints (corridor/views.py, corridor/metrics.py) ---
+# Per-dependency timeout of GET /health/ready (the checks run concurrently).
+READINESS_TIMEOUT_S = env.float("READINESS_TIMEOUT_S", default=2.0)
+# Bearer token of GET /metrics ("Authorization: Bearer <token>"). Empty: open in
+# development; in production an empty token refuses every scrape.
+METRICS_TOKEN = env("METRICS_TOKEN", default="")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
@@ -296,14 +364,14 @@ SAGA_STEP_KEYS = True
 # The hub: Corridor's USDC account on Stellar that partners fund and that pays the
 # receiving anchors (the default is the sandbox hub, public and fake).
 STELLAR_HUB_SECRET = env(
-    "STELLAR_HUB_SECRET", default="SDNXGSEZZMSHL7VIWQDHRW66UWZNPOGKWJA6DVWDLSVVS3TYBVXR53K6"
+    "STELLAR_HUB_SECRET", default=_SANDBOX_SECRET_DEFAULTS["STELLAR_HUB_SECRET"]
 )
 # The SEP-31 receiving anchor of the USDC-INR corridor and Corridor's token there
 # (a SEP-10 JWT against a real anchor; the sandbox accepts "sandbox-sep31:<account>").
 ANCHOR31_URL = env("ANCHOR31_URL", default=f"{SANDBOX_URL}/anchor31")
 ANCHOR31_AUTH_TOKEN = env(
     "ANCHOR31_AUTH_TOKEN",
-    default="sandbox-sep31:GANBGMMVHZ5CFXCQWUZYPAQJ4IUOH27V33I6F46KLRJB3HKL6LVQ2IMB",
+    default=_SANDBOX_SECRET_DEFAULTS["ANCHOR31_AUTH_TOKEN"],
 )
 ANCHOR31_TIMEOUT_S = env.float("ANCHOR31_TIMEOUT_S", default=10.0)
 # The quote (INR per USDC) locked into a remittance when it is created, and its limits.
@@ -331,3 +399,87 @@ REMITTANCE_HUB_LOCK_WAIT_S = env.float("REMITTANCE_HUB_LOCK_WAIT_S", default=30.
 # the look-up on chain (by memo, and by the stored envelope) before paying, which shows
 # that the look-up is what stops a second payment after a crash.
 REMITTANCE_CHAIN_LOOKUP = True
+
+# Bearer token Prometheus sends to GET /metrics (required in production).
+METRICS_TOKEN = env("METRICS_TOKEN", default="")
+
+
+# --- The secrets registry ---
+# Every secret setting, in one place. corridor/checks.py refuses production (and any
+# start with DJANGO_DEBUG=false) when one is missing, shorter than min_length characters,
+# a sandbox value or a value of .env.example, or equal to another role's; production.py
+# reads each from its env var with no default. tests/test_production_mode.py fails when
+# a setting named like a secret (*_SECRET, *_SECRETS, *_TOKEN, *_KEY, *_PASSWORD) is
+# missing here. kind: "text" (a shared secret or token), "seed" (a Stellar secret seed,
+# never one of the sandbox's accounts), "seeds" (a comma-separated list of seeds).
+def _secret(setting, env_var, role, min_length, *, kind="text", required=True):
+    return {"setting": setting, "env": env_var, "role": role, "min_length": min_length,
+            "kind": kind, "required": required}
+
+
+SECRET_SETTINGS = (
+    # Django's own deploy check wants 50 characters (security.W009).
+    _secret("SECRET_KEY", "DJANGO_SECRET_KEY", "Django signing key", 50),
+    # AP refuses HMAC secrets under 256 bits at startup and they must be distinct
+    # (anchor-platform NOTES.md §1 auth: KeyUtil.java, PR #1965).
+    _secret("AP_PLATFORM_AUTH_SECRET", "AP_PLATFORM_AUTH_SECRET", "AP platform API", 32),
+    _secret("AP_CALLBACK_AUTH_SECRET", "AP_CALLBACK_AUTH_SECRET", "AP callback API", 32),
+    _secret("AP_INTERACTIVE_JWT_SECRET", "AP_INTERACTIVE_JWT_SECRET",
+            "AP SEP-24 interactive JWT", 32),
+    _secret("AP_MORE_INFO_JWT_SECRET", "AP_MORE_INFO_JWT_SECRET",
+            "AP SEP-24 more-info JWT", 32),
+    # Razorpay's API key secrets are 24 characters; the webhook secret is ours to pick.
+    _secret("RAZORPAY_KEY_SECRET", "RAZORPAY_KEY_SECRET", "Razorpay API key secret", 20),
+    _secret("RAZORPAY_WEBHOOK_SECRET", "RAZORPAY_WEBHOOK_SECRET", "Razorpay webhook", 20),
+    _secret("RAZORPAY_WEBHOOK_PREVIOUS_SECRET", "RAZORPAY_WEBHOOK_PREVIOUS_SECRET",
+            "Razorpay webhook (rotation)", 20, required=False),
+    # SEP-31: Corridor's SEP-10 JWT at the receiving anchor.
+    _secret("ANCHOR31_AUTH_TOKEN", "ANCHOR31_AUTH_TOKEN", "SEP-31 anchor token", 32),
+    _secret("METRICS_TOKEN", "METRICS_TOKEN", "metrics scrape token", 32),
+    _secret("STELLAR_DISTRIBUTION_SECRET", "STELLAR_DISTRIBUTION_SECRET",
+            "Stellar distribution account", 56, kind="seed"),
+    _secret("STELLAR_HUB_SECRET", "STELLAR_HUB_SECRET", "Stellar hub account", 56,
+            kind="seed"),
+    _secret("STELLAR_CHANNEL_SECRETS", "STELLAR_CHANNEL_SECRETS",
+            "Stellar channel account", 56, kind="seeds", required=False),
+)
+# Sandbox-only secrets (development.py); production never defines them.
+SANDBOX_ONLY_SECRET_SETTINGS = ("SANDBOX_AP_SEP10_JWT_SECRET",)
+
+# --- Stored Stellar envelopes: one rule for every outbox (anchor/envelopes.py) ---
+# An envelope whose fate Horizon cannot prove (landed, alive or dead) this long after
+# its max_time goes to manual_review with the evidence, never to a rebuild.
+ENVELOPE_UNKNOWN_REVIEW_S = env.float("ENVELOPE_UNKNOWN_REVIEW_S", default=900.0)
+# Withdrawal refunds (payouts/refunds.py): the beat sweep re-drives refunds left open
+# this long, every REFUND_SWEEP_PERIOD_S.
+REFUND_SWEEP_AGE_S = env.float("REFUND_SWEEP_AGE_S", default=25.0)
+REFUND_SWEEP_PERIOD_S = env.float("REFUND_SWEEP_PERIOD_S", default=30.0)
+
+# --- Nothing owed is left without an owner (issue 10 part 2, corridor/stranded.py) ---
+# The AP notify sweeper (anchor/reconciler.py sweep_unnotified): every
+# AP_NOTIFY_SWEEP_PERIOD_S, confirmed payments AP was not told about for
+# AP_NOTIFY_SWEEP_AGE_S are re-notified, with backoff (doubling from
+# AP_NOTIFY_SWEEP_AGE_S up to AP_NOTIFY_BACKOFF_MAX_S) and forever; one still refused
+# AP_NOTIFY_REVIEW_S after its confirmation is also raised in the review queue.
+AP_NOTIFY_SWEEP_PERIOD_S = env.float("AP_NOTIFY_SWEEP_PERIOD_S", default=30.0)
+AP_NOTIFY_SWEEP_AGE_S = env.float("AP_NOTIFY_SWEEP_AGE_S", default=60.0)
+AP_NOTIFY_BACKOFF_MAX_S = env.float("AP_NOTIFY_BACKOFF_MAX_S", default=600.0)
+AP_NOTIFY_REVIEW_S = env.float("AP_NOTIFY_REVIEW_S", default=3600.0)
+# A USDC receipt no withdrawal consumed (payouts/receipts.py classify_receipts) is
+# raised in the review queue once it is this old.
+RECEIPT_GRACE_S = env.float("RECEIPT_GRACE_S", default=300.0)
+# Stranded thresholds (corridor/stranded.py): a state owed to a customer, with no
+# owner (not in the review queue), older than its threshold, is stranded.
+STRANDED_NOTIFY_S = env.float("STRANDED_NOTIFY_S", default=300.0)
+STRANDED_RELEASE_S = env.float("STRANDED_RELEASE_S", default=600.0)
+STRANDED_REFUND_S = env.float("STRANDED_REFUND_S", default=600.0)
+STRANDED_SAGA_S = env.float("STRANDED_SAGA_S", default=600.0)
+STRANDED_RECEIPT_S = env.float("STRANDED_RECEIPT_S", default=900.0)
+# Test-only switch (never from the environment): False turns the notify sweeper and
+# the receipt classifier off, which shows that they are what unstrands the money.
+STRANDED_SWEEPERS = True
+# Test-only switch (never from the environment): "naive" decides with the old, wrong
+# rule (hash looked up first; "sequence moved past ours" or "latest ledger after
+# max_time" taken as dead), which shows that the strict rule is what stops a second
+# payment behind a lagging Horizon.
+ENVELOPE_RULE = "strict"

@@ -1,0 +1,263 @@
+"""The money invariants, checked after a run has settled: one checker shared by
+``manage.py demo`` and ``manage.py chaos``.
+
+Each ``*_figures`` function takes the ids a run created and returns counts plus a list
+of ``violations`` (strings naming the id and what broke). Figures are counted where the
+money is, not where Corridor says it is: USDC payments on the sandbox's Stellar ledger,
+payouts on the sandbox's RazorpayX, the hub's balance on the sandbox Horizon.
+
+- deposits: exactly one USDC payment per completed deposit, none for any other
+  (``double_payments``, ``stray_payments``); AP ``completed`` iff ``deposit_releases``
+  ``completed`` with the same hash (``ap_mismatches``);
+- withdrawals: at most one RazorpayX payout per withdrawal (``double_payouts``, by the
+  payout's ``reference_id``, which Corridor sets to the AP transaction id); AP
+  ``completed`` iff the payout is ``completed``; a ``reversed`` payout (in the
+  operators' queue) agrees with AP ``completed`` or still pending (DESIGN.md §5);
+- sagas: every saga final (``completed``, ``compensated``) or ``manual_review`` with a
+  reason; compensations ran last step first (``step.compensated`` events in strictly
+  decreasing ``idx``); no stale worker's write got through (``stale_writes``);
+- books: the trial balance is balanced (``ledger.trial_balance().ok``) and the hub's USDC
+  in the ledger equals its balance on chain (``ledger_matches_chain``);
+- ``stranded(age_s)``: money rows that are not terminal and have not moved for
+  ``age_s`` seconds, per kind (one function, so it can later call the shared
+  definition behind /health and /metrics);
+- ``review_reasons()``: the operators' queue (``operator_review_queue``) counted per
+  (kind, reason); ``retryable_reasons`` names the ones a retry would fix, which are
+  violations: only what an operator alone can resolve may wait there.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.utils import timezone
+
+
+@dataclass
+class Figures:
+    counts: dict[str, int] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+
+    def add(self, key: str, n: int = 1) -> None:
+        self.counts[key] = self.counts.get(key, 0) + n
+
+    def merge(self, other: Figures) -> Figures:
+        for key, value in other.counts.items():
+            self.add(key, value)
+        self.violations.extend(other.violations)
+        return self
+
+
+def _usdc_payments_to(sandbox, address: str) -> list[dict]:
+    reply = sandbox.http.get(f"/horizon/accounts/{address}/payments",
+                             params={"limit": 200})
+    if reply.status_code == 404:
+        return []
+    reply.raise_for_status()
+    return [r for r in reply.json()["_embedded"]["records"]
+            if r.get("type") == "payment" and r.get("to") == address
+            and r.get("asset_code") == settings.STELLAR_USDC_CODE]
+
+
+def deposit_figures(sandbox, deposits: dict[str, str]) -> Figures:
+    """``deposits``: AP transaction id -> the wallet address it pays (a fresh account
+    per deposit, so every USDC payment it received is this deposit's)."""
+    from anchor import platform
+    from anchor.models import DepositRelease
+
+    out = Figures(counts={"deposits": len(deposits), "deposits_completed": 0,
+                          "double_payments": 0, "stray_payments": 0, "ap_mismatches": 0})
+    for transaction_id, address in deposits.items():
+        ap = platform.get_transaction(transaction_id) or {}
+        release = DepositRelease.objects.filter(transaction_id=transaction_id).first()
+        ap_done = ap.get("status") == "completed"
+        ours_done = release is not None and release.status == "completed"
+        out.add("deposits_completed", ap_done)
+        ap_hashes = [st.get("id") for st in ap.get("stellar_transactions") or []]
+        if ap_done != ours_done or (ap_done and ap_hashes != [release.tx_hash]):
+            out.add("ap_mismatches")
+            out.violations.append(
+                f"ap_mismatch deposit {transaction_id}: AP {ap.get('status')} "
+                f"{ap_hashes}, release {release and release.status} "
+                f"{release and release.tx_hash}")
+        paid = len(_usdc_payments_to(sandbox, address))
+        if ours_done or ap_done:
+            if paid > 1:
+                out.add("double_payments", paid - 1)
+                out.violations.append(f"double_payment deposit {transaction_id}: "
+                                      f"{paid} USDC payments")
+            elif paid == 0:
+                out.violations.append(f"completed deposit {transaction_id} has no payment")
+        elif paid:
+            out.add("stray_payments", paid)
+            out.violations.append(f"stray_payment deposit {transaction_id} "
+                                  f"({release and release.status}): {paid} USDC payments")
+    return out
+
+
+def withdrawal_figures(sandbox, ids: list[str]) -> Figures:
+    from anchor import platform
+    from payouts.models import WithdrawalPayout
+
+    out = Figures(counts={"withdrawals": len(ids), "withdrawals_completed": 0,
+                          "payouts_reversed": 0, "double_payouts": 0, "ap_mismatches": 0})
+    per_reference: dict[str, int] = {}
+    for payout in sandbox.http.get("/razorpay/sandbox/payouts").json()["payouts"]:
+        per_reference[payout["reference_id"]] = per_reference.get(payout["reference_id"], 0) + 1
+    for transaction_id in ids:
+        made = per_reference.get(transaction_id, 0)
+        if made > 1:
+            out.add("double_payouts", made - 1)
+            out.violations.append(f"double_payout withdrawal {transaction_id}: {made} payouts")
+        row = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
+        status = row.status if row else None
+        out.add("withdrawals_completed", status == "completed")
+        out.add("payouts_reversed", status == "reversed")
+        ap = (platform.get_transaction(transaction_id) or {}).get("status")
+        # A payout reversed (after processed) waits in the operators' queue; AP shows
+        # completed if Corridor had told it, else still pending: both agree.
+        agrees = (ap == "completed") == (status == "completed") or (
+            status == "reversed" and ap in ("completed", "pending_anchor", "pending_external"))
+        if not agrees:
+            out.add("ap_mismatches")
+            out.violations.append(f"ap_mismatch withdrawal {transaction_id}: AP {ap}, "
+                                  f"payout {status}")
+    return out
+
+
+def saga_figures(ids: list[int]) -> Figures:
+    from sagas.models import Saga, SagaEvent
+
+    out = Figures(counts={"sagas": len(ids)})
+    for status in Saga.Status.values:
+        out.counts[f"sagas_{status}"] = 0
+    for saga in Saga.objects.filter(pk__in=ids):
+        out.add(f"sagas_{saga.status}")
+        if saga.status in Saga.OPEN_STATUSES:
+            out.violations.append(f"saga {saga.pk} not final: {saga.status}")
+        elif saga.status == Saga.Status.MANUAL_REVIEW and not saga.error.strip():
+            out.violations.append(f"saga {saga.pk} in manual_review without a reason")
+        order = list(SagaEvent.objects.filter(saga=saga, event="step.compensated")
+                     .order_by("id").values_list("idx", flat=True))
+        if any(a <= b for a, b in zip(order, order[1:], strict=False)):
+            out.violations.append(f"saga {saga.pk} compensated out of order: {order}")
+        out.violations.extend(f"saga {saga.pk} {v}" for v in stale_writes(saga.pk))
+    missing = len(ids) - Saga.objects.filter(pk__in=ids).count()
+    if missing:
+        out.violations.append(f"{missing} sagas missing")
+    return out
+
+
+def stale_writes(saga_id: int) -> list[str]:
+    """DESIGN.md §8 invariant 5 for one saga: no write of a stale fence got through.
+    Event fences never go down (a worker that lost its lease wrote nothing after the
+    one that took over), and each step is booked at most once forward and once back
+    (keys ``<saga>:<idx>`` and ``<saga>:<idx>:undo``; a per-attempt key ``@<fence>``
+    counts as the same step)."""
+    from collections import Counter
+
+    from ledger.models import Entry
+    from sagas.models import SagaEvent
+
+    wrong = []
+    fences = list(SagaEvent.objects.filter(saga_id=saga_id).order_by("id")
+                  .values_list("fence", flat=True))
+    if fences != sorted(fences):
+        wrong.append(f"stale write: event fences went down: {fences}")
+    keys = Entry.objects.filter(saga_id=saga_id, idempotency_key__startswith=f"{saga_id}:")
+    per_step = Counter(k.split("@")[0] for k in keys.values_list("idempotency_key", flat=True))
+    twice = {k: n for k, n in per_step.items() if n > 1}
+    if twice:
+        wrong.append(f"stale write: a step booked more than once: {twice}")
+    return wrong
+
+
+def books() -> Figures:
+    """The ledger balances and the hub's books equal its chain balance."""
+    from anchor import stellar
+    from ledger import services as ledger
+
+    out = Figures()
+    trial = ledger.trial_balance()
+    if not trial.ok:
+        out.violations.append(f"ledger unbalanced: totals={trial.totals} drift={trial.drift} "
+                              f"unbalanced={trial.unbalanced[:5]}")
+    on_chain = stellar.asset_balance(stellar.hub_keypair().public_key, stellar.usdc())
+    in_ledger = ledger.balance(account="hub", currency="USDC")
+    out.counts["ledger_matches_chain"] = int((on_chain or Decimal(0)) == in_ledger)
+    out.counts["hub_chain"] = on_chain  # type: ignore[assignment]
+    out.counts["hub_ledger"] = in_ledger  # type: ignore[assignment]
+    if not out.counts["ledger_matches_chain"]:
+        out.violations.append(f"hub USDC on chain {on_chain} != in the ledger {in_ledger}")
+    return out
+
+
+def stranded(age_s: float) -> dict[str, int]:
+    """Money that stopped moving: per kind, rows not terminal and unchanged for
+    ``age_s`` seconds (an operator's queue is terminal for this purpose)."""
+    from anchor.models import DepositPayment, DepositRelease
+    from payouts.models import WithdrawalPayout, WithdrawalRefund, WithdrawalRequest
+    from sagas.models import Saga
+
+    before = timezone.now() - timedelta(seconds=age_s)
+    confirmed = DepositPayment.objects.filter(confirmation="confirmed", created_at__lt=before)
+    released = DepositRelease.objects.values("transaction_id")
+    return {
+        "releases": DepositRelease.objects.filter(status__in=DepositRelease.OPEN_STATUSES,
+                                                  updated_at__lt=before).count(),
+        "payouts": WithdrawalPayout.objects.filter(status="processing",
+                                                   updated_at__lt=before).count(),
+        "refunds": WithdrawalRefund.objects.filter(status__in=("submitting", "submitted"),
+                                                   updated_at__lt=before).count(),
+        "sagas": Saga.objects.filter(status__in=Saga.OPEN_STATUSES,
+                                     updated_at__lt=before).count(),
+        "captured_not_notified": confirmed.filter(ap_notified_at__isnull=True).count(),
+        "captured_not_released": confirmed.exclude(transaction_id__in=released).count(),
+        "received_not_consumed": WithdrawalRequest.objects.filter(
+            status="funds_verified", updated_at__lt=before, refund__isnull=True).exclude(
+            transaction_id__in=WithdrawalPayout.objects.values("transaction_id")).count(),
+    }
+
+
+# Reasons only a person can resolve (a fact about the world changed, money came back,
+# a partner refused, the evidence contradicts itself). Anything else in the queue is a
+# reason a retry would fix, so its presence there is a violation.
+OPERATOR_ONLY = [
+    r"revers",  # processed, then returned by the bank
+    r"\bfailed\b.*(bank|beneficiar|reject)|beneficiary|payout failed|provider said failed",
+    r"reject",  # the receiving anchor or the provider refused
+    r"refund",  # an anchor refunded or a refund needs a person
+    r"short|more decimals|decimals|wrong asset|shared memo|memo .*(repeat|shared)|not ours",
+    r"contract destination|C\.\.\.",
+    r"can never land|included but failed|tx_failed",
+    r"deadline|expired",
+    r"settlement window",  # the provider never finalised it: a person calls the bank
+]
+
+
+def review_reasons() -> dict[tuple[str, str], int]:
+    """The operators' queue, counted per (kind, reason with ids and numbers masked)."""
+    from sagas.models import ReviewItem
+
+    counts: dict[tuple[str, str], int] = {}
+    for kind, reason in ReviewItem.objects.values_list("kind", "reason"):
+        key = (kind, _mask(reason))
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _mask(reason: str) -> str:
+    reason = re.sub(r"\b[0-9a-f]{16,}\b", "<hex>", reason.strip().splitlines()[0] if reason
+                    else "")
+    reason = re.sub(r"\b[GMC][A-Z2-7]{55,68}\b", "<account>", reason)
+    return re.sub(r"\d+(\.\d+)?", "<n>", reason)[:160]
+
+
+def retryable_reasons(reasons: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    """The subset of ``reasons`` that no OPERATOR_ONLY pattern explains."""
+    return {key: n for key, n in reasons.items()
+            if not any(re.search(p, key[1], re.IGNORECASE) for p in OPERATOR_ONLY)}

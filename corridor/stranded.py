@@ -1,0 +1,115 @@
+"""What is *stranded*: money Corridor holds, or owes a customer, that nobody is moving.
+
+Issue 10 part 2: every state in which Corridor holds a customer's money or owes them
+something is either driven forward by a sweeper or raised to the operators' review
+queue (``operator_review_queue``) within a bounded time. A row that is owed, is older
+than its kind's threshold, and is not in the review queue has no owner: it is
+stranded. After the system settles with its faults off, every count here is 0.
+
+One query per kind (:func:`stranded_queries`), each served by a partial index over
+the open rows, so the cost follows the open rows, not the table:
+
+- ``captured_not_notified``: captured INR Corridor confirmed with Razorpay, AP never
+  accepted ``notify_offchain_funds_received`` for it, confirmed more than
+  STRANDED_NOTIFY_S ago, not raised yet (``deposit_payments_unnot_idx``; owner: the
+  notify sweeper, ``anchor.reconciler.sweep_unnotified``);
+- ``confirmed_not_released``: confirmed and AP told (AP ``pending_anchor``) more than
+  STRANDED_RELEASE_S ago, and no release claimed (``deposit_payments_unrel_idx``;
+  owner: the AP sweep; a customer who never adds the USDC trustline is counted too);
+- ``release_open``: a release ``submitting`` / ``submitted`` / ``failed`` claimed more
+  than STRANDED_RELEASE_S ago (``deposit_releases_open_idx``; owner: the reconciler);
+- ``payout_processing``: a payout ``processing`` past the provider's settlement window
+  PAYOUT_SETTLEMENT_WINDOW_S plus two WITHDRAW_POLL_PERIOD_S (the poller raises it at
+  the window; found by ``make chaos``, which caught one between the two)
+  (``withdrawal_payouts_open_idx``; owner: the poller);
+- ``refund_open``: a refund on chain (a withdrawal's or a receipt's) ``submitting`` /
+  ``submitted`` for more than STRANDED_REFUND_S (``withdrawal_refunds_open_idx``;
+  owner: the refund sweep);
+- ``saga_unleased``: a saga ``running`` / ``compensating``, due for more than
+  STRANDED_SAGA_S, with no live lease (``sagas_due_idx``; owner: the resume sweep);
+- ``receipt_unconsumed``: a USDC receipt not settled, not raised for review, older
+  than STRANDED_RECEIPT_S, and not under the memo of a withdrawal that has no payout
+  yet or only a failed one (that withdrawal's flow owns it)
+  (``stellar_receipts_open_idx``; owner: the receipt classifier,
+  ``payouts.receipts.classify_receipts``).
+
+Rows in ``manual_review`` (and the queue's ``notify`` and ``receipt`` kinds) have an
+owner, a person, and are not counted. Imports point one way (sagas -> payouts ->
+anchor -> ledger): this module, in ``corridor``, wires them; ``/health/ready`` and
+``/metrics`` (``corridor_stranded{kind}``) read it, ``manage.py stranded`` prints it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
+
+KINDS = ("captured_not_notified", "confirmed_not_released", "release_open",
+         "payout_processing", "refund_open", "saga_unleased", "receipt_unconsumed")
+
+
+def stranded_thresholds() -> dict[str, float]:
+    """Seconds after which an owed, unowned row of each kind counts as stranded."""
+    return {
+        "captured_not_notified": settings.STRANDED_NOTIFY_S,
+        "confirmed_not_released": settings.STRANDED_RELEASE_S,
+        "release_open": settings.STRANDED_RELEASE_S,
+        # The poller raises it once the window passed: two of its periods after that.
+        "payout_processing": settings.PAYOUT_SETTLEMENT_WINDOW_S
+        + 2 * settings.WITHDRAW_POLL_PERIOD_S,
+        "refund_open": settings.STRANDED_REFUND_S,
+        "saga_unleased": settings.STRANDED_SAGA_S,
+        "receipt_unconsumed": settings.STRANDED_RECEIPT_S,
+    }
+
+
+def stranded_queries() -> dict[str, QuerySet]:
+    """kind -> the queryset of its stranded rows, now (one SQL query each)."""
+    from anchor.models import DepositPayment, DepositRelease
+    from anchor.reconciler import unnotified_payments
+    from payouts import receipts, refunds
+    from payouts.models import WithdrawalPayout, WithdrawalRefund, WithdrawalRequest
+    from sagas.models import Saga
+
+    now = timezone.now()
+    limit = {kind: now - timedelta(seconds=s) for kind, s in stranded_thresholds().items()}
+    # A withdrawal without a payout, or whose payout failed, owns the receipts under its
+    # memo (``classify_receipts`` waits on them; ``verify``'s match; an empty memo_type
+    # is AP's default "id").
+    owning_request = WithdrawalRequest.objects.filter(
+        Q(memo_type=OuterRef("memo_type")) | Q(memo_type=""), memo=OuterRef("memo"),
+    ).exclude(Exists(WithdrawalPayout.objects.filter(
+        transaction_id=OuterRef("transaction_id")).exclude(
+        status=WithdrawalPayout.Status.FAILED)))
+    return {
+        "captured_not_notified": unnotified_payments().filter(
+            confirmed_at__lt=limit["captured_not_notified"], notify_review_at__isnull=True),
+        "confirmed_not_released": DepositPayment.objects.filter(
+            confirmation=DepositPayment.Confirmation.CONFIRMED, ap_notified_at__isnull=False,
+            release_claimed_at__isnull=True,
+            ap_notified_at__lt=limit["confirmed_not_released"]),
+        "release_open": DepositRelease.objects.filter(
+            status__in=DepositRelease.OPEN_STATUSES, created_at__lt=limit["release_open"]),
+        "payout_processing": WithdrawalPayout.objects.filter(
+            # Counted from the current attempt's start (an operator's new attempt
+            # restarts it; created_at is the first claim's time).
+            status=WithdrawalPayout.Status.PROCESSING,
+            clock_started_at__lt=limit["payout_processing"]),
+        "refund_open": WithdrawalRefund.objects.filter(
+            status__in=refunds.OPEN, created_at__lt=limit["refund_open"]),
+        "saga_unleased": Saga.objects.filter(
+            status__in=["running", "compensating"], wake_at__lt=limit["saga_unleased"]
+        ).filter(Q(lease_owner="") | Q(lease_until__lte=now)),
+        "receipt_unconsumed": receipts.open_receipts().filter(
+            review_reason="", created_at__lt=limit["receipt_unconsumed"]
+        ).exclude(Exists(owning_request)),
+    }
+
+
+def stranded_counts() -> dict[str, int]:
+    """kind -> how many rows are stranded now (0 for every kind once the system has
+    settled). Raises the database's errors."""
+    return {kind: query.count() for kind, query in stranded_queries().items()}

@@ -1,0 +1,224 @@
+"""The withdrawal-refund outbox: USDC a withdrawal received, sent back on chain to its
+sender (``withdrawal_refunds``), driven like the deposit release (DESIGN.md §4 steps
+2-6) and decided by the same rule (``anchor.envelopes``).
+
+An operator's action (``payouts.operations.withdrawal_refund_on_chain``) stores the
+signed envelope, its hash and the audit row in one commit, then calls
+``refund_drive``. The same outbox sends back an unconsumed receipt
+(``payouts.operations.receipt_refund_on_chain``: ``receipt`` set, one refund per
+receipt, AP not told). Everything after that needs no person: ``refund_sweep`` (Celery
+beat, every REFUND_SWEEP_PERIOD_S) re-drives refunds left open for REFUND_SWEEP_AGE_S,
+so a refund stuck after a 504 finishes by itself.
+
+A drive: on a resumed drive the stored envelope's fate is read first (``landed`` ->
+adopt it; ``dead`` -> rebuild, new sequence, bounds and hash; ``alive`` -> re-post the
+same envelope; ``unknown`` -> wait, and ``manual_review`` once
+``envelopes.unknown_overdue``); then POST, then AP ``notify_refund_sent``. Every step
+is a conditional UPDATE under a per-refund advisory lock, so a sweep and an operator
+can run at the same moment.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+from structlog.contextvars import bound_contextvars
+
+from anchor import envelopes, platform, stellar
+from common.locks import try_session_lock
+from payouts.models import StellarReceipt, WithdrawalRefund
+
+log = logging.getLogger(__name__)
+F = WithdrawalRefund.Status
+OPEN = (F.SUBMITTING, F.SUBMITTED)
+BATCH = 200
+
+
+def holder(transaction_id: str) -> str:
+    """The channel-lease holder name of a withdrawal's refund."""
+    return f"refund:{transaction_id}"
+
+
+def refund_sweep() -> dict[str, int]:
+    """Re-drive refunds open (``submitting`` / ``submitted``) and untouched for
+    REFUND_SWEEP_AGE_S, oldest first; returns counts by resulting status."""
+    cutoff = timezone.now() - timedelta(seconds=settings.REFUND_SWEEP_AGE_S)
+    stuck = (WithdrawalRefund.objects.filter(status__in=OPEN, updated_at__lt=cutoff)
+             .order_by("updated_at").values_list("pk", flat=True)[:BATCH])
+    counts: dict[str, int] = {}
+    for refund_id in list(stuck):
+        refund = refund_drive(refund_id=refund_id, resumed=True)
+        counts[refund.status] = counts.get(refund.status, 0) + 1
+    return counts
+
+
+def refund_drive(*, refund_id: int, resumed: bool) -> WithdrawalRefund:
+    """Submit a stored refund and tell AP. ``resumed``: an earlier drive may have
+    submitted it, so its fate is read first. Returns the refund as it stands; never
+    raises for an unknown outcome (the row stays open for the sweep)."""
+    with try_session_lock(f"withdrawal_refund:{refund_id}") as got:
+        refund = WithdrawalRefund.objects.get(pk=refund_id)
+        if not got:
+            return refund
+        with bound_contextvars(transaction_id=refund.transaction_id):
+            try:
+                if refund.status == F.SUBMITTING:
+                    refund = _submit(refund, resumed=resumed)
+                if refund.status == F.SUBMITTED:
+                    refund = _notify(refund)
+            except (platform.PlatformError, stellar.HorizonUnavailable,
+                    stellar.NoChannelFree) as exc:
+                _note(refund, f"{type(exc).__name__}: {exc}")
+        return WithdrawalRefund.objects.get(pk=refund_id)
+
+
+def _fate(refund: WithdrawalRefund) -> envelopes.Fate:
+    return envelopes.envelope_fate(tx_hash=refund.tx_hash,
+                                   source_account=refund.source_account,
+                                   sequence=refund.sequence, max_time=refund.max_time)
+
+
+def _submit(refund: WithdrawalRefund, *, resumed: bool) -> WithdrawalRefund:
+    if resumed:
+        fate = _fate(refund)
+        if fate.state == envelopes.LANDED:
+            return _landed(refund, fate.transaction)
+        if fate.state == envelopes.UNKNOWN:
+            return _undecided(refund, fate)
+        if fate.state == envelopes.DEAD:
+            refund = _rebuild(refund, reason=fate.reason)
+            if refund.status != F.SUBMITTING:
+                return refund
+    result = stellar.submit(refund.envelope_xdr)
+    if result.kind == "applied":
+        return _landed(refund, {"successful": True})
+    if result.kind == "unknown":
+        _note(refund, f"submit outcome unknown: {result.detail}")
+        return WithdrawalRefund.objects.get(pk=refund.pk)
+    reason = f"{result.tx_code} {' '.join(result.op_codes)}".strip()
+    fate = _fate(refund)
+    if fate.state == envelopes.LANDED:
+        return _landed(refund, fate.transaction)
+    if fate.state == envelopes.UNKNOWN:
+        return _undecided(refund, fate, note=f"refused ({reason}); ")
+    if fate.state == envelopes.DEAD and result.tx_code in ("tx_bad_seq", "tx_too_late"):
+        refund = _rebuild(refund, reason=f"refused: {reason}; {fate.reason}")
+        if refund.status == F.SUBMITTING:  # the sweep submits the new envelope
+            _note(refund, f"refused ({reason}); a new envelope was stored")
+    elif fate.state == envelopes.ALIVE and result.tx_code == "tx_bad_seq":
+        _note(refund, f"refused ({reason}) but may still land: {fate.reason}")
+    else:
+        _set(refund, F.MANUAL_REVIEW, f"refused: {reason}")
+    return WithdrawalRefund.objects.get(pk=refund.pk)
+
+
+def _undecided(refund: WithdrawalRefund, fate: envelopes.Fate, *,
+               note: str = "") -> WithdrawalRefund:
+    """Horizon cannot prove where the envelope stands: wait for the next sweep, never
+    rebuild; once overdue, a person decides with the evidence."""
+    if envelopes.unknown_overdue(refund.max_time):
+        _set(refund, F.MANUAL_REVIEW,
+             f"{note}envelope fate unknown past max_time + "
+             f"{settings.ENVELOPE_UNKNOWN_REVIEW_S:g}s: {fate.reason}; "
+             f"evidence {fate.evidence}")
+    else:
+        _note(refund, f"{note}envelope fate unknown, waiting: {fate.reason}")
+    return WithdrawalRefund.objects.get(pk=refund.pk)
+
+
+def _landed(refund: WithdrawalRefund, found: dict) -> WithdrawalRefund:
+    with transaction.atomic():
+        if found.get("successful"):
+            WithdrawalRefund.transition(refund.pk, F.SUBMITTING, F.SUBMITTED,
+                                        where=Q(tx_hash=refund.tx_hash), last_error="")
+        else:
+            _set(refund, F.MANUAL_REVIEW, "included in a ledger but failed")
+        stellar.free_channel(address=refund.source_account,
+                             holder=holder(refund.transaction_id))
+    return WithdrawalRefund.objects.get(pk=refund.pk)
+
+
+def _rebuild(refund: WithdrawalRefund, *, reason: str) -> WithdrawalRefund:
+    """Replace a provably dead envelope: new sequence, bounds and hash; one commit.
+    After RELEASE_MAX_ATTEMPTS envelopes the refund goes to manual_review instead."""
+    name = holder(refund.transaction_id)
+    with transaction.atomic():
+        current = WithdrawalRefund.objects.select_for_update().get(pk=refund.pk)
+        if current.tx_hash != refund.tx_hash or current.status != F.SUBMITTING:
+            return current
+        stellar.forget_sequence(address=current.source_account, holder=name)
+        if current.attempts >= settings.RELEASE_MAX_ATTEMPTS:
+            WithdrawalRefund.transition(
+                current.pk, F.SUBMITTING, F.MANUAL_REVIEW, require=True,
+                last_error=f"attempts exhausted ({current.attempts}); last: {reason}"[:2000])
+            current.refresh_from_db()
+            return current
+        prepared = stellar.prepare_payment(
+            holder=name, destination=current.destination, amount=current.amount,
+            memo_type=current.memo_type, memo=current.memo, resync=True)
+        for field_name, value in prepared.items():
+            setattr(current, field_name, value)
+        current.attempts += 1
+        current.last_error = f"stored envelope was dead ({reason}); rebuilt"[:2000]
+        # Not a status change (it stays submitting): every field but ``status``.
+        current.save(update_fields=[*prepared, "attempts", "last_error", "updated_at"])
+        log.info("refund %s rebuilt (attempt %s): %s", current.transaction_id,
+                 current.attempts, reason)
+        return current
+
+
+def _amount_text(amount: Decimal) -> str:
+    """A Decimal as AP wants it: plain, no trailing zeros (``9.5``, ``10``)."""
+    text = format(amount, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _notify(refund: WithdrawalRefund) -> WithdrawalRefund:
+    """AP ``notify_refund_sent`` (refund id = the hash, amount in the amount_in asset,
+    fee 0): total refunded = amount_in -> ``refunded`` (AP NOTES §1.5). Not idempotent
+    in AP: on -32600 re-read, done if our refund id is there."""
+    if refund.receipt_id is not None:
+        # An unconsumed receipt's refund: no AP transaction holds this USDC, so the
+        # payment on chain is the end (the receipt leaves the queue, settled).
+        with transaction.atomic():
+            WithdrawalRefund.transition(refund.pk, F.SUBMITTED, F.COMPLETED, last_error="")
+            StellarReceipt.objects.filter(pk=refund.receipt_id, settled_at__isnull=True
+                                          ).update(settled_at=timezone.now())
+        return WithdrawalRefund.objects.get(pk=refund.pk)
+    asset = f"stellar:{settings.STELLAR_USDC_CODE}:{settings.STELLAR_USDC_ISSUER}"
+    tx_hash = refund.tx_hash
+
+    def reached(tx: dict) -> bool:
+        payments = (tx.get("refunds") or {}).get("payments") or []
+        return any(p.get("id") == tx_hash for p in payments)
+
+    try:
+        platform.rpc_once("notify_refund_sent", {
+            "transaction_id": refund.transaction_id,
+            "refund": {"id": tx_hash, "amount": {"amount": _amount_text(refund.amount),
+                                                 "asset": asset},
+                       "amount_fee": {"amount": "0", "asset": asset}}}, reached=reached)
+    except platform.RpcError as exc:
+        _set(refund, F.MANUAL_REVIEW,
+             f"the USDC is back on chain but AP refused notify_refund_sent: {exc}")
+        return WithdrawalRefund.objects.get(pk=refund.pk)
+    WithdrawalRefund.transition(refund.pk, F.SUBMITTED, F.COMPLETED, last_error="")
+    return WithdrawalRefund.objects.get(pk=refund.pk)
+
+
+def _set(refund: WithdrawalRefund, status: str, error: str) -> bool:
+    """Move an open refund to ``status`` from whichever open status may reach it; a
+    refund that moved on meanwhile (completed, or in review already) is left alone."""
+    sources = tuple(s for s in OPEN if status in WithdrawalRefund.TRANSITIONS[s])
+    return WithdrawalRefund.transition(refund.pk, sources, status, last_error=error[:2000])
+
+
+def _note(refund: WithdrawalRefund, error: str) -> None:
+    WithdrawalRefund.objects.filter(pk=refund.pk).update(last_error=error[:2000],
+                                                         updated_at=timezone.now())
