@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -107,6 +108,15 @@ FAULT_PARAMS = {
 }
 
 
+def _short(exc: Exception) -> str:
+    """An exception in one line: an HTML error page is cut to its <title>."""
+    text = str(exc)
+    title = re.search(r"<title>(.*?)</title>", text, re.S | re.I)
+    if title:
+        return "HTML page: " + " ".join(title.group(1).split())[:120]
+    return " ".join(text.split())[:240]
+
+
 class Command(BaseCommand):
     help = "A seeded, randomized fault campaign over deposits, withdrawals and remittances."
 
@@ -122,6 +132,9 @@ class Command(BaseCommand):
         parser.add_argument("--remittances", type=int, default=3)
         parser.add_argument("--traffic", type=float, default=14.0, help="traffic window, s")
         parser.add_argument("--settle", type=float, default=25.0, help="settle time, s")
+        parser.add_argument("--driver-patience", type=float, default=120.0,
+                            help="how long a customer keeps retrying a flow the faults "
+                                 "keep breaking (a PostgreSQL crash recovery), s")
 
     def handle(self, *args, **options):
         if os.environ.get("CORRIDOR_CHAOS_CHILD") != "1":
@@ -460,25 +473,35 @@ class _Campaign:
 
     # --- traffic ----------------------------------------------------------------
     def _drive(self, event: _Event, seed: int) -> None:
-        for attempt in range(6):  # patient: a PostgreSQL restart 500s the sandbox too
+        """Run one customer's flow, retrying it whole until ``--driver-patience`` runs
+        out: a PostgreSQL crash restart 500s the sandbox and Corridor for as long as its
+        recovery takes, which on a loaded machine is longer than a few fixed tries."""
+        deadline = time.monotonic() + self.o["driver_patience"]
+        attempt = 0
+        while True:
             try:
                 {"deposit": self._deposit, "withdrawal": self._withdrawal,
                  "remittance": self._remittance}[event.kind](seed, event.name, attempt)
                 return
             except Exception as exc:  # noqa: BLE001 - a fault hit the driver: try again
-                error = f"{event.name}: {type(exc).__name__}: {exc}"[:300]
+                error = f"{event.name} (try {attempt + 1}): {type(exc).__name__}: " \
+                        f"{_short(exc)}"
+                attempt += 1
+                if time.monotonic() > deadline:
+                    break
                 time.sleep(2)
         with self.lock:
             self.driver_errors.append(error)
 
-    def _step(self, fn, tries: int = 8):
+    def _step(self, fn, patience_s: float = 60.0):
         """Retry one step of a customer's flow (never the whole flow: once an id is
-        recorded, money for it may be moving)."""
-        for attempt in range(tries):
+        recorded, money for it may be moving) for up to ``patience_s``."""
+        deadline = time.monotonic() + patience_s
+        while True:
             try:
                 return fn()
             except Exception:
-                if attempt == tries - 1:
+                if time.monotonic() > deadline:
                     raise
                 time.sleep(1)
 
