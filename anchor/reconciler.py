@@ -32,14 +32,19 @@ log = logging.getLogger(__name__)
 BATCH = 200
 
 
-def reconcile_releases() -> dict[str, int]:
-    """Re-drive stuck releases; returns counts by resulting status."""
+def stuck_releases():
+    """The reconciler's query: ids of open releases untouched for RECONCILER_AGE_S,
+    oldest first, at most BATCH (``deposit_releases_open_idx``; corridor/periodic.py)."""
     cutoff = timezone.now() - timedelta(seconds=settings.RECONCILER_AGE_S)
-    stuck = DepositRelease.objects.filter(
+    return DepositRelease.objects.filter(
         status__in=DepositRelease.OPEN_STATUSES, updated_at__lt=cutoff
     ).order_by("updated_at").values_list("pk", flat=True)[:BATCH]
+
+
+def reconcile_releases() -> dict[str, int]:
+    """Re-drive stuck releases; returns counts by resulting status."""
     counts: dict[str, int] = {}
-    for release_id in list(stuck):
+    for release_id in list(stuck_releases()):
         release = releases.release_drive(release_id=release_id, redrive=True)
         counts[release.status] = counts.get(release.status, 0) + 1
     return counts
@@ -51,9 +56,9 @@ def sweep_ap_deposits() -> dict[str, int]:
     for tx in platform.list_transactions(statuses=["pending_anchor", "pending_trust"],
                                          kind="deposit"):
         transaction_id = tx["id"]
-        if DepositRelease.objects.filter(transaction_id=transaction_id).exists():
+        if release_of(transaction_id).exists():
             continue
-        if not DepositPayment.objects.live().filter(transaction_id=transaction_id).exists():
+        if not live_payment_of(transaction_id).exists():
             counts["skipped"] += 1  # AP's status alone never releases anything
             continue
         try:
@@ -67,6 +72,17 @@ def sweep_ap_deposits() -> dict[str, int]:
                 platform.RpcError, stellar.HorizonUnavailable, stellar.NoChannelFree) as exc:
             log.warning("sweep: %s not started: %s", transaction_id, exc)
     return counts
+
+
+def release_of(transaction_id: str):
+    """The release of one AP deposit (a unique-key lookup of the AP sweep)."""
+    return DepositRelease.objects.filter(transaction_id=transaction_id)
+
+
+def live_payment_of(transaction_id: str):
+    """The live (not rejected) payment of one AP deposit (the AP sweep's lookup,
+    ``deposit_payments_transaction_live``)."""
+    return DepositPayment.objects.live().filter(transaction_id=transaction_id)
 
 
 def _trust_ready(tx: dict) -> bool:
@@ -86,15 +102,9 @@ def reconcile_orders() -> dict[str, int]:
     ORDER_RECONCILER_AGE_S and record their captured payments (a forged claim
     rejected first frees its order for the real payment in the same pass). Returns
     counts by outcome: confirmed | rejected | unconfirmed, plus ``payment_record``'s."""
-    cutoff = timezone.now() - timedelta(seconds=settings.ORDER_RECONCILER_AGE_S)
     counts: dict[str, int] = {}
-    open_orders = DepositOrder.objects.filter(
-        status=DepositOrder.Status.AWAITING_PAYMENT, created_at__lt=cutoff
-    ).order_by("created_at")[:BATCH]
-    unconfirmed = DepositPayment.objects.filter(
-        confirmation=DepositPayment.Confirmation.UNCONFIRMED, created_at__lt=cutoff
-    ).order_by("created_at").values_list("transaction_id", flat=True)[:BATCH]
-    for transaction_id in list(unconfirmed):
+    open_orders = stale_orders()
+    for transaction_id in list(unconfirmed_payments()):
         outcome = _confirm_and_drive(transaction_id)
         counts[outcome] = counts.get(outcome, 0) + 1
     for order in open_orders:
@@ -117,6 +127,24 @@ def reconcile_orders() -> dict[str, int]:
                 outcome = deposits.payment_record(payment=payment)
                 counts[outcome] = counts.get(outcome, 0) + 1
     return counts
+
+
+def stale_orders():
+    """The order reconciler's orders: open (``awaiting_payment``) for more than
+    ORDER_RECONCILER_AGE_S, oldest first, at most BATCH (``deposit_orders_open_idx``)."""
+    cutoff = timezone.now() - timedelta(seconds=settings.ORDER_RECONCILER_AGE_S)
+    return DepositOrder.objects.filter(
+        status=DepositOrder.Status.AWAITING_PAYMENT, created_at__lt=cutoff
+    ).order_by("created_at")[:BATCH]
+
+
+def unconfirmed_payments():
+    """The order reconciler's payments: recorded more than ORDER_RECONCILER_AGE_S ago
+    and still unconfirmed, oldest first, at most BATCH (``deposit_payments_unconf_idx``)."""
+    cutoff = timezone.now() - timedelta(seconds=settings.ORDER_RECONCILER_AGE_S)
+    return DepositPayment.objects.filter(
+        confirmation=DepositPayment.Confirmation.UNCONFIRMED, created_at__lt=cutoff
+    ).order_by("created_at").values_list("transaction_id", flat=True)[:BATCH]
 
 
 def _confirm_and_drive(transaction_id: str) -> str:
@@ -163,12 +191,7 @@ def sweep_unnotified() -> dict[str, int]:
     counts = {"notified": 0, "refused": 0, "raised": 0}
     if not settings.STRANDED_SWEEPERS:
         return counts
-    now = timezone.now()
-    due = (unnotified_payments()
-           .filter(confirmed_at__lt=now - timedelta(seconds=settings.AP_NOTIFY_SWEEP_AGE_S))
-           .filter(Q(notify_next_at__isnull=True) | Q(notify_next_at__lte=now))
-           .order_by("confirmed_at").values_list("pk", "transaction_id")[:BATCH])
-    for pk, transaction_id in list(due):
+    for pk, transaction_id in list(due_unnotified()):
         try:
             deposits.funds_received(transaction_id=transaction_id)
         except (releases.ReleaseRefused, stellar.HorizonUnavailable,
@@ -183,6 +206,17 @@ def sweep_unnotified() -> dict[str, int]:
             continue
         counts["notified"] += 1
     return counts
+
+
+def due_unnotified():
+    """The notify sweeper's query: (pk, transaction_id) of unnotified payments confirmed
+    more than AP_NOTIFY_SWEEP_AGE_S ago whose backoff ran out, oldest first, at most
+    BATCH (``deposit_payments_unnot_idx``)."""
+    now = timezone.now()
+    return (unnotified_payments()
+            .filter(confirmed_at__lt=now - timedelta(seconds=settings.AP_NOTIFY_SWEEP_AGE_S))
+            .filter(Q(notify_next_at__isnull=True) | Q(notify_next_at__lte=now))
+            .order_by("confirmed_at").values_list("pk", "transaction_id")[:BATCH])
 
 
 # AP statuses from which ``notify_offchain_funds_received`` can never succeed.
@@ -228,10 +262,8 @@ def _notify_refused(pk: int, transaction_id: str, exc: Exception) -> int:
 def expire_abandoned() -> int:
     """Expire deposits still unpaid after DEPOSIT_EXPIRY_S (only before funds
     arrive: AP refuses notify_transaction_expired afterwards, NOTES §1.6)."""
-    cutoff = timezone.now() - timedelta(seconds=settings.DEPOSIT_EXPIRY_S)
     expired = 0
-    for order in DepositOrder.objects.filter(
-            status=DepositOrder.Status.AWAITING_PAYMENT, created_at__lt=cutoff)[:BATCH]:
+    for order in expirable_orders():
         # A payment may have been captured without its webhook: ask first.
         try:
             if any(p.get("status") == "captured" for p in rzp.order_payments(order.order_id)):
@@ -251,3 +283,11 @@ def expire_abandoned() -> int:
                                     ).update(status=DepositOrder.Status.EXPIRED)
         expired += 1
     return expired
+
+
+def expirable_orders():
+    """Expiry's query: orders still ``awaiting_payment`` DEPOSIT_EXPIRY_S after their
+    creation, at most BATCH (``deposit_orders_open_idx``)."""
+    cutoff = timezone.now() - timedelta(seconds=settings.DEPOSIT_EXPIRY_S)
+    return DepositOrder.objects.filter(
+        status=DepositOrder.Status.AWAITING_PAYMENT, created_at__lt=cutoff)[:BATCH]

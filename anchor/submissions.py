@@ -181,11 +181,8 @@ def sweep_submissions(*, limit: int = 100) -> dict[str, int]:
     rows (partial index on in-flight). Returns {"completed": n, "released": n}."""
     import anchor.deposits  # noqa: F401 - registers the deposit resumer (payouts
     # registers the withdrawal one when its app is ready: anchor never imports payouts)
-    cutoff = now() - timedelta(seconds=settings.INTERACTIVE_SUBMIT_SWEEP_AGE_S)
     counts = {"completed": 0, "released": 0}
-    stuck = InteractiveSubmission.objects.filter(
-        status=Status.IN_FLIGHT, lease_until__lt=cutoff).order_by("lease_until")[:limit]
-    for row in stuck:
+    for row in stuck_submissions(limit=limit):
         resume = RESUMERS.get(row.kind)
         if resume is None:
             continue
@@ -197,6 +194,15 @@ def sweep_submissions(*, limit: int = 100) -> dict[str, int]:
         if outcome in counts:
             counts[outcome] += 1
     return counts
+
+
+def stuck_submissions(*, limit: int = 100):
+    """The sweep's query: in-flight submissions whose lease lapsed more than
+    INTERACTIVE_SUBMIT_SWEEP_AGE_S ago, oldest lease first (``interactive_subm_open_idx``;
+    corridor/periodic.py)."""
+    cutoff = now() - timedelta(seconds=settings.INTERACTIVE_SUBMIT_SWEEP_AGE_S)
+    return InteractiveSubmission.objects.filter(
+        status=Status.IN_FLIGHT, lease_until__lt=cutoff).order_by("lease_until")[:limit]
 
 
 def in_flight(transaction_id: str) -> InteractiveSubmission | None:

@@ -10,6 +10,12 @@ from django.utils import timezone
 
 from anchor.transitions import StatusMachine
 
+# Payouts the withdrawal poller resumes (payouts/poller.py ``poll_open_payouts``): still
+# ``processing``, or ``completed`` with AP not told yet. The condition of the partial
+# index ``withdrawal_payouts_poll_idx`` and the poller's filter are this one Q, so the
+# planner can prove the index serves the query (issue 11 §2).
+PAYOUT_POLL_OPEN = Q(status="processing") | Q(status="completed", ap_completed_at__isnull=True)
+
 
 class WithdrawalRequest(models.Model):
     """The interactive withdrawal as the customer submitted it: the USDC we expect on
@@ -120,6 +126,9 @@ class WithdrawalPayout(StatusMachine, models.Model):
         indexes = [
             models.Index(fields=["updated_at"], name="withdrawal_payouts_open_idx",
                          condition=Q(status="processing")),
+            # The poller's resume query: cost follows the open payouts, not the table.
+            models.Index(fields=["updated_at"], name="withdrawal_payouts_poll_idx",
+                         condition=PAYOUT_POLL_OPEN),
         ]
 
     def __str__(self) -> str:

@@ -21,7 +21,7 @@ from structlog.contextvars import bound_contextvars
 
 from anchor import platform, stellar
 from payouts import guard, receipts
-from payouts.models import WithdrawalPayout, WithdrawalRequest
+from payouts.models import PAYOUT_POLL_OPEN, WithdrawalPayout, WithdrawalRequest
 
 log = logging.getLogger(__name__)
 AP_STATUSES = ["pending_user_transfer_start", "pending_anchor", "pending_external"]
@@ -44,10 +44,7 @@ def poll_withdrawals() -> dict[str, int]:
             except (platform.PlatformError, platform.RpcError, stellar.HorizonUnavailable) as exc:
                 log.warning("withdrawal %s: %s", ap_tx["id"], exc)
                 count("error")
-    open_rows = WithdrawalPayout.objects.filter(status=WithdrawalPayout.Status.PROCESSING) | \
-        WithdrawalPayout.objects.filter(status=WithdrawalPayout.Status.COMPLETED,
-                                        ap_completed_at__isnull=True)
-    for payout in open_rows.exclude(transaction_id__in=seen).order_by("updated_at")[:200]:
+    for payout in open_payouts(seen=seen):
         guard.payout_resume(payout=payout)
         count("resumed")
     for outcome, n in receipts.classify_receipts().items():
@@ -56,15 +53,34 @@ def poll_withdrawals() -> dict[str, int]:
     return counts
 
 
+def open_payouts(*, seen=()):
+    """The poller's resume query: payouts of ours still open (``PAYOUT_POLL_OPEN``:
+    ``processing``, or ``completed`` with AP not told) that this pass's AP listing did not
+    cover (``seen``: AP transaction ids), least recently touched first, at most 200
+    (``withdrawal_payouts_poll_idx``; corridor/periodic.py)."""
+    return (WithdrawalPayout.objects.filter(PAYOUT_POLL_OPEN)
+            .exclude(transaction_id__in=seen).order_by("updated_at")[:200])
+
+
+def request_of(transaction_id: str):
+    """The withdrawal request of one AP withdrawal (a unique-key lookup)."""
+    return WithdrawalRequest.objects.filter(transaction_id=transaction_id)
+
+
+def payout_of(transaction_id: str):
+    """The payout of one AP withdrawal (a unique-key lookup)."""
+    return WithdrawalPayout.objects.filter(transaction_id=transaction_id)
+
+
 def withdrawal_process(*, ap_tx: dict) -> str:
     """Decide one AP withdrawal; returns the outcome."""
     with bound_contextvars(transaction_id=ap_tx["id"]):
         transaction_id = ap_tx["id"]
-        request = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
+        request = request_of(transaction_id).first()
         if request is None or request.funds_requested_at is None:
             return "not_ours"
         if settings.PAYOUT_GUARD:
-            payout = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
+            payout = payout_of(transaction_id).first()
             if payout is not None:
                 guard.payout_resume(payout=payout)  # self-healing; never a second payout
                 return f"payout_{payout.status}"

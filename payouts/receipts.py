@@ -197,6 +197,21 @@ def memo_requests(receipt: StellarReceipt):
     return requests.filter(memo_type=receipt.memo_type)
 
 
+def unsettled_treasury():
+    """Unsettled receipts from Corridor's own accounts, which the classifier settles as
+    they are (``stellar_receipts_open_idx``; corridor/periodic.py)."""
+    return StellarReceipt.objects.filter(settled_at__isnull=True,
+                                         from_account__in=treasury_accounts())
+
+
+def classifiable_receipts():
+    """The classifier's query: open receipts not raised yet and older than
+    RECEIPT_GRACE_S, oldest first, at most BATCH (``stellar_receipts_open_idx``)."""
+    cutoff = timezone.now() - timedelta(seconds=settings.RECEIPT_GRACE_S)
+    return (open_receipts().filter(review_reason="", created_at__lt=cutoff)
+            .order_by("created_at", "paging_token")[:BATCH])
+
+
 def classify_receipts() -> dict[str, int]:
     """Allocate USDC receipts to the payouts they paid for and raise whatever no
     withdrawal consumed (module docstring). Reads unsettled receipts older than
@@ -205,13 +220,9 @@ def classify_receipts() -> dict[str, int]:
     without a payout still owns it) | unraised (STRANDED_SWEEPERS=False: what is left
     over is not raised; consumption is still allocated)."""
     counts = {"consumed": 0, "raised": 0, "waiting": 0, "treasury": 0, "unraised": 0}
-    cutoff = timezone.now() - timedelta(seconds=settings.RECEIPT_GRACE_S)
     # Treasury moves (module docstring) owe nobody anything: settled as they are.
-    counts["treasury"] = StellarReceipt.objects.filter(
-        settled_at__isnull=True, from_account__in=treasury_accounts()
-    ).update(settled_at=timezone.now())
-    rows = list(open_receipts().filter(review_reason="", created_at__lt=cutoff)
-                .order_by("created_at", "paging_token")[:BATCH])
+    counts["treasury"] = unsettled_treasury().update(settled_at=timezone.now())
+    rows = list(classifiable_receipts())
     for receipt in rows:
         outcome = _classify(receipt)
         counts[outcome] += 1

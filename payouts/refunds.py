@@ -48,14 +48,20 @@ def holder(transaction_id: str) -> str:
 def refund_sweep() -> dict[str, int]:
     """Re-drive refunds open (``submitting`` / ``submitted``) and untouched for
     REFUND_SWEEP_AGE_S, oldest first; returns counts by resulting status."""
-    cutoff = timezone.now() - timedelta(seconds=settings.REFUND_SWEEP_AGE_S)
-    stuck = (WithdrawalRefund.objects.filter(status__in=OPEN, updated_at__lt=cutoff)
-             .order_by("updated_at").values_list("pk", flat=True)[:BATCH])
     counts: dict[str, int] = {}
-    for refund_id in list(stuck):
+    for refund_id in list(stuck_refunds()):
         refund = refund_drive(refund_id=refund_id, resumed=True)
         counts[refund.status] = counts.get(refund.status, 0) + 1
     return counts
+
+
+def stuck_refunds():
+    """The refund sweep's query: ids of refunds open and untouched for
+    REFUND_SWEEP_AGE_S, oldest first, at most BATCH (``withdrawal_refunds_open_idx``;
+    corridor/periodic.py)."""
+    cutoff = timezone.now() - timedelta(seconds=settings.REFUND_SWEEP_AGE_S)
+    return (WithdrawalRefund.objects.filter(status__in=OPEN, updated_at__lt=cutoff)
+            .order_by("updated_at").values_list("pk", flat=True)[:BATCH])
 
 
 def refund_drive(*, refund_id: int, resumed: bool) -> WithdrawalRefund:

@@ -245,12 +245,16 @@ def resume_due(*, limit: int | None = None) -> list[int]:
     """Open sagas that are due (``wake_at`` passed) and not leased (free or lapsed): the
     beat sweep enqueues a run for each. Served by the partial index ``sagas_due_idx``."""
     with connection.cursor() as cur:
-        cur.execute(
-            "SELECT id FROM sagas WHERE status IN ('running', 'compensating') "
+        cur.execute(*due_sql(limit=limit))
+        return [row[0] for row in cur.fetchall()]
+
+
+def due_sql(*, limit: int | None = None) -> tuple[str, list]:
+    """(sql, params) of ``resume_due``'s query (corridor/periodic.py explains it)."""
+    return ("SELECT id FROM sagas WHERE status IN ('running', 'compensating') "
             "AND wake_at <= clock_timestamp() "
             "AND (lease_owner = '' OR lease_until <= clock_timestamp()) "
             "ORDER BY wake_at LIMIT %s", [limit or settings.SAGA_RESUME_BATCH])
-        return [row[0] for row in cur.fetchall()]
 
 
 # --- one run -------------------------------------------------------------------------

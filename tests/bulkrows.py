@@ -1,0 +1,147 @@
+"""Bulk-load finished ("terminal") rows into every table a periodic query reads, fast:
+one ``INSERT ... SELECT ... FROM generate_series`` per table, every NOT NULL column and
+check constraint satisfied, unique keys made from ``tag`` and the row number (so a
+database can be loaded more than once). Used by tests/test_periodic_queries.py (20K
+rows) and bench/periodic.py (1K and 1M rows); never by production code.
+
+Terminal means what a healthy system leaves behind and no sweep should ever read:
+releases ``completed``, payments confirmed + notified + released, orders ``paid``,
+submissions ``done``, requests ``funds_verified``, payouts ``completed`` with AP told,
+refunds ``completed``, receipts settled, sagas ``completed``. ``open_rows`` adds that
+many rows in each open state a sweep does read (the same count at every table size).
+"""
+
+from __future__ import annotations
+
+TABLES = ("deposit_releases", "deposit_payments", "deposit_orders", "interactive_submissions",
+          "withdrawal_requests", "withdrawal_payouts", "withdrawal_refunds", "stellar_receipts",
+          "sagas")
+
+# %(n)s rows numbered i = 1..n; %(tag)s keeps keys unique across loads; %(ts)s the age
+# of the rows (terminal rows: long finished; open rows: stuck past every sweep's cutoff).
+_ROWS = "FROM generate_series(1, %(n)s) AS i"
+_TS = "(now() - %(age)s::interval - i * interval '1 second')"
+
+_TERMINAL = [
+    f"""INSERT INTO deposit_releases (transaction_id, status, attempts, destination, asset_code,
+        asset_issuer, amount, memo, memo_type, source_account, sequence, envelope_xdr, tx_hash,
+        max_time, last_error, failure_code, created_at, updated_at)
+    SELECT 'dr-' || %(tag)s || '-' || i, 'completed', 1, 'GDESTINATION', 'USDC', 'GISSUER',
+        10.5, '', 'none', 'GSOURCE', i, 'AAAA', md5('dr' || %(tag)s || i), {_TS}, '', '',
+        {_TS}, {_TS} {_ROWS}""",
+    f"""INSERT INTO deposit_payments (payment_id, order_id, transaction_id, amount_paise, currency,
+        method, captured_at, confirmation, confirmed_at, confirmation_error, ap_notified_at,
+        notify_attempts, notify_error, release_claimed_at, created_at)
+    SELECT 'pay_' || %(tag)s || i, 'order_' || %(tag)s || i, 'dr-' || %(tag)s || '-' || i,
+        100000, 'INR', 'upi', {_TS}, 'confirmed', {_TS}, '', {_TS}, 0, '', {_TS}, {_TS} {_ROWS}""",
+    f"""INSERT INTO deposit_orders (transaction_id, order_id, status, amount_in, amount_in_paise,
+        fee, amount_out, rate, currency, funds_requested_at, created_at, updated_at)
+    SELECT 'dr-' || %(tag)s || '-' || i, 'order_' || %(tag)s || i, 'paid', 1000.00, 100000,
+        10.00, 11.0000000, 90.0000, 'INR', {_TS}, {_TS}, {_TS} {_ROWS}""",
+    f"""INSERT INTO interactive_submissions (transaction_id, kind, status, step, fence,
+        lease_until, attempts, amount_in, last_error, created_at, updated_at)
+    SELECT 'dr-' || %(tag)s || '-' || i, 'deposit', 'done', 'done', 1, {_TS}, 1, 1000, '',
+        {_TS}, {_TS} {_ROWS}""",
+    f"""INSERT INTO withdrawal_requests (transaction_id, status, amount_in, fee, amount_out,
+        amount_out_paise, rate, beneficiary_type, beneficiary_display, contact_id,
+        fund_account_id, destination, memo, memo_type, source_account, funds_requested_at,
+        first_receipt_at, received_amount, review_reason, chain_evidence, created_at,
+        updated_at)
+    SELECT 'wr-' || %(tag)s || '-' || i, 'funds_verified', 10, 0.1, 891.00, 89100, 90.0000,
+        'bank_account', 'XXXXXX1234', 'cont_x', 'fa_x', %(account)s, %(tag)s || i, 'id',
+        'GCUSTOMER', {_TS}, {_TS}, 10, '', '[]'::jsonb, {_TS}, {_TS} {_ROWS}""",
+    f"""INSERT INTO withdrawal_payouts (transaction_id, status, amount_paise, currency,
+        fund_account_id, mode, provider, provider_payout_id, reference, attempts, last_error,
+        ap_completed_at, clock_started_at, created_at, updated_at)
+    SELECT 'wr-' || %(tag)s || '-' || i, 'completed', 89100, 'INR', 'fa_x', 'IMPS',
+        'razorpayx', 'pout_' || %(tag)s || i, 'UTR' || i, 1, '', {_TS}, {_TS}, {_TS}, {_TS}
+    {_ROWS}""",
+    f"""INSERT INTO withdrawal_refunds (transaction_id, status, destination, amount, memo,
+        memo_type, source_account, sequence, envelope_xdr, tx_hash, max_time, attempts,
+        last_error, request_id, created_at, updated_at)
+    SELECT r.transaction_id, 'completed', 'GCUSTOMER', 10, '', 'none', 'GSOURCE', i, 'AAAA',
+        md5('wf' || %(tag)s || i), {_TS}, 1, '', r.id, {_TS}, {_TS}
+    {_ROWS} JOIN withdrawal_requests r ON r.transaction_id = 'wr-' || %(tag)s || '-' || i""",
+    f"""INSERT INTO stellar_receipts (paging_token, tx_hash, from_account, to_account, asset,
+        amount, memo_type, memo, transaction_id, created_at, consumed_amount, review_reason,
+        settled_at)
+    SELECT %(tag)s || '-' || i, md5('sr' || %(tag)s || i), 'GCUSTOMER', %(account)s,
+        %(usdc)s, 10, 'id', %(tag)s || i, 'wr-' || %(tag)s || '-' || i, {_TS}, 10, '', {_TS}
+    {_ROWS}""",
+    f"""INSERT INTO sagas (kind, reference, status, input, lease_owner, fence, recoveries,
+        stellar_cursor, error, created_at, updated_at)
+    SELECT 'remittance', 'sg-' || %(tag)s || '-' || i, 'completed', '{{}}'::jsonb, '', 1, 0,
+        '', '', {_TS}, {_TS} {_ROWS}""",
+]
+
+# The open rows each sweep reads: stuck, due or unsettled, older than any cutoff.
+_OPEN = [
+    f"""INSERT INTO deposit_releases (transaction_id, status, attempts, destination, asset_code,
+        asset_issuer, amount, memo, memo_type, source_account, sequence, envelope_xdr, tx_hash,
+        max_time, last_error, failure_code, created_at, updated_at)
+    SELECT 'dro-' || %(tag)s || '-' || i, 'submitting', 1, 'GDESTINATION', 'USDC', 'GISSUER',
+        10.5, '', 'none', 'GSOURCE', i, 'AAAA', md5('dro' || %(tag)s || i), {_TS}, '', '',
+        {_TS}, {_TS} {_ROWS}""",
+    # unconfirmed / confirmed, AP not told / told, no release claimed: one third each.
+    f"""INSERT INTO deposit_payments (payment_id, order_id, transaction_id, amount_paise, currency,
+        method, captured_at, confirmation, confirmed_at, confirmation_error, ap_notified_at,
+        notify_attempts, notify_error, created_at)
+    SELECT 'payo_' || %(tag)s || i, 'ordero_' || %(tag)s || i, 'dpo-' || %(tag)s || '-' || i,
+        100000, 'INR', 'upi', {_TS},
+        CASE WHEN i %% 3 = 0 THEN 'unconfirmed' ELSE 'confirmed' END,
+        CASE WHEN i %% 3 = 0 THEN NULL ELSE {_TS} END, '',
+        CASE WHEN i %% 3 = 2 THEN {_TS} END, 0, '', {_TS} {_ROWS}""",
+    f"""INSERT INTO deposit_orders (transaction_id, order_id, status, amount_in, amount_in_paise,
+        fee, amount_out, rate, currency, created_at, updated_at)
+    SELECT 'dpo-' || %(tag)s || '-' || i, 'ordero_' || %(tag)s || i, 'awaiting_payment',
+        1000.00, 100000, 10.00, 11.0000000, 90.0000, 'INR', {_TS}, {_TS} {_ROWS}""",
+    f"""INSERT INTO interactive_submissions (transaction_id, kind, status, step, fence,
+        lease_until, attempts, amount_in, last_error, created_at, updated_at)
+    SELECT 'dpo-' || %(tag)s || '-' || i, 'deposit', 'in_flight', 'claimed', 1, {_TS}, 1,
+        1000, '', {_TS}, {_TS} {_ROWS}""",
+    f"""INSERT INTO withdrawal_requests (transaction_id, status, amount_in, fee, amount_out,
+        amount_out_paise, rate, beneficiary_type, beneficiary_display, contact_id,
+        fund_account_id, destination, memo, memo_type, source_account, funds_requested_at,
+        review_reason, chain_evidence, created_at, updated_at)
+    SELECT 'wro-' || %(tag)s || '-' || i, 'awaiting_funds', 10, 0.1, 891.00, 89100, 90.0000,
+        'bank_account', 'XXXXXX1234', 'cont_x', 'fa_x', %(account)s, 'o' || %(tag)s || i,
+        'id', 'GCUSTOMER', {_TS}, '', '[]'::jsonb, {_TS}, {_TS} {_ROWS}""",
+    # processing / completed with AP not told: half each.
+    f"""INSERT INTO withdrawal_payouts (transaction_id, status, amount_paise, currency,
+        fund_account_id, mode, provider, provider_payout_id, reference, attempts, last_error,
+        clock_started_at, created_at, updated_at)
+    SELECT 'wro-' || %(tag)s || '-' || i,
+        CASE WHEN i %% 2 = 0 THEN 'processing' ELSE 'completed' END, 89100, 'INR', 'fa_x',
+        'IMPS', 'razorpayx', 'pouto_' || %(tag)s || i, '', 1, '', {_TS}, {_TS}, {_TS}
+    {_ROWS}""",
+    f"""INSERT INTO withdrawal_refunds (transaction_id, status, destination, amount, memo,
+        memo_type, source_account, sequence, envelope_xdr, tx_hash, max_time, attempts,
+        last_error, request_id, created_at, updated_at)
+    SELECT r.transaction_id, 'submitting', 'GCUSTOMER', 10, '', 'none', 'GSOURCE', i, 'AAAA',
+        md5('wfo' || %(tag)s || i), {_TS}, 1, '', r.id, {_TS}, {_TS}
+    {_ROWS} JOIN withdrawal_requests r ON r.transaction_id = 'wro-' || %(tag)s || '-' || i""",
+    f"""INSERT INTO stellar_receipts (paging_token, tx_hash, from_account, to_account, asset,
+        amount, memo_type, memo, transaction_id, created_at, consumed_amount, review_reason)
+    SELECT 'o' || %(tag)s || '-' || i, md5('sro' || %(tag)s || i), 'GCUSTOMER', %(account)s,
+        %(usdc)s, 10, 'id', 'x' || %(tag)s || i, '', {_TS}, 0, '' {_ROWS}""",
+    f"""INSERT INTO sagas (kind, reference, status, input, lease_owner, fence, recoveries,
+        wake_at, stellar_cursor, error, created_at, updated_at)
+    SELECT 'remittance', 'sgo-' || %(tag)s || '-' || i, 'running', '{{}}'::jsonb, '', 1, 0,
+        {_TS}, '', '', {_TS}, {_TS} {_ROWS}""",
+]
+
+
+def load(cursor, *, terminal: int, open_rows: int = 6, tag: str = "b",
+         account: str = "GDISTRIBUTION", usdc: str = "USDC:GISSUER") -> None:
+    """Insert ``terminal`` finished rows and ``open_rows`` open rows into each of
+    ``TABLES`` through ``cursor`` (a DB-API cursor with %(name)s parameters: Django's or
+    psycopg's), then ANALYZE them. ``account``/``usdc``: the withdrawal account and USDC
+    asset the receipt queries filter on (payouts.receipts.withdraw_account/usdc_asset)."""
+    for sql in _TERMINAL:
+        cursor.execute(sql, {"n": terminal, "tag": tag, "age": "30 days", "account": account,
+                             "usdc": usdc})
+    for sql in _OPEN:
+        cursor.execute(sql, {"n": open_rows, "tag": tag, "age": "10 days", "account": account,
+                             "usdc": usdc})
+    for table in TABLES:
+        cursor.execute(f"ANALYZE {table}")  # noqa: S608 - fixed names
