@@ -131,17 +131,54 @@ _OPEN = [
 ]
 
 
+_SECONDARY = """
+SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid), c.conname,
+       pg_get_constraintdef(c.oid)
+FROM pg_index i LEFT JOIN pg_constraint c ON c.conindid = i.indexrelid AND c.contype = 'u'
+WHERE i.indrelid = %(table)s::regclass AND NOT i.indisprimary"""
+_FOREIGN = """SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint
+WHERE conrelid = %(table)s::regclass AND contype = 'f'"""
+
+
 def load(cursor, *, terminal: int, open_rows: int = 6, tag: str = "b",
-         account: str = "GDISTRIBUTION", usdc: str = "USDC:GISSUER") -> None:
+         account: str = "GDISTRIBUTION", usdc: str = "USDC:GISSUER",
+         rebuild_indexes: bool = False) -> None:
     """Insert ``terminal`` finished rows and ``open_rows`` open rows into each of
     ``TABLES`` through ``cursor`` (a DB-API cursor with %(name)s parameters: Django's or
     psycopg's), then ANALYZE them. ``account``/``usdc``: the withdrawal account and USDC
-    asset the receipt queries filter on (payouts.receipts.withdraw_account/usdc_asset)."""
+    asset the receipt queries filter on (payouts.receipts.withdraw_account/usdc_asset).
+
+    ``rebuild_indexes`` (for a million rows): drop every secondary index, unique and
+    foreign-key constraint of the tables first and build them again, with the same names and
+    definitions, after the rows are in (a sorted build instead of a million random
+    inserts; the schema afterwards is the migrated one)."""
+    rebuild: list[str] = []
+    foreign: list[str] = []
+    if rebuild_indexes:
+        cursor.execute("SET LOCAL maintenance_work_mem = '256MB'")
+        for table in TABLES:
+            # Deferred foreign-key checks would also block the ALTER TABLEs at the end.
+            cursor.execute(_FOREIGN, {"table": table})
+            for constraint, constraintdef in cursor.fetchall():
+                cursor.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{constraint}"')
+                foreign.append(f'ALTER TABLE {table} ADD CONSTRAINT "{constraint}" '
+                               f"{constraintdef}")
+            cursor.execute(_SECONDARY, {"table": table})
+            for index, indexdef, constraint, constraintdef in cursor.fetchall():
+                if constraint:
+                    cursor.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{constraint}"')
+                    rebuild.append(f'ALTER TABLE {table} ADD CONSTRAINT "{constraint}" '
+                                   f"{constraintdef}")
+                else:
+                    cursor.execute(f"DROP INDEX {index}")
+                    rebuild.append(indexdef)
     for sql in _TERMINAL:
         cursor.execute(sql, {"n": terminal, "tag": tag, "age": "30 days", "account": account,
                              "usdc": usdc})
     for sql in _OPEN:
         cursor.execute(sql, {"n": open_rows, "tag": tag, "age": "10 days", "account": account,
                              "usdc": usdc})
+    for sql in rebuild + foreign:
+        cursor.execute(sql)
     for table in TABLES:
         cursor.execute(f"ANALYZE {table}")  # noqa: S608 - fixed names
