@@ -222,6 +222,7 @@ class LockSampler:
         self.url, self.database, self.period_s = url, database, period_s
         self.active = self.waiting = 0
         self.events: dict[str, int] = {}
+        self.kinds: dict[str, int] = {}  # every wait_event_type; "CPU" = not waiting
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -246,6 +247,7 @@ class LockSampler:
                     [self.database]).fetchall()
                 self.active += len(rows)
                 for kind, event in rows:
+                    self.kinds[kind or "CPU"] = self.kinds.get(kind or "CPU", 0) + 1
                     if kind == "Lock":
                         self.waiting += 1
                         self.events[event] = self.events.get(event, 0) + 1
@@ -437,6 +439,9 @@ def main() -> int:
     off_events = ", ".join(f"{k}={v}" for k, v in sorted(locked.events.items())) or "none"
     print(f"saga bench: lock waits at 4 workers, hot accounts on: {sampler.pct:.1f}% of "
           f"{sampler.active} active-session samples ({events})")
+    kinds = ", ".join(f"{k} {100 * v / max(1, sampler.active):.0f}%"
+                      for k, v in sorted(sampler.kinds.items(), key=lambda kv: -kv[1]))
+    print(f"saga bench: where Corridor's active sessions were at 4 workers: {kinds}")
     print(f"saga bench: lock waits at 4 workers, hot accounts off: {locked.pct:.1f}% of "
           f"{locked.active} samples ({off_events}); corridor {locked_rate:,.0f} steps/s")
     for clients, tps in pg.items():

@@ -23,11 +23,40 @@ from ledger import services as ledger
 from ledger import tasks
 from ledger.models import Account, BalanceDelta, Entry
 from ledger.services import Line
-from tests.test_ledger import in_threads, move
+from tests.factories import BalanceDeltaFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 D = Decimal
+
+
+def move(key: str, src: str, dst: str, amount: str, ccy: str = "USDC", **kwargs):
+    a = D(amount)
+    return ledger.post(idempotency_key=key, kind="test.move",
+                       lines=[Line(src, ccy, -a), Line(dst, ccy, a)], **kwargs)
+
+
+def in_threads(n: int, fn) -> list:
+    """Run ``fn(i)`` in ``n`` threads released together, each on its own connection;
+    return what each returned or raised."""
+    barrier = threading.Barrier(n)
+    results: list = [None] * n
+
+    def body(i):
+        try:
+            barrier.wait(10)
+            results[i] = fn(i)
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            results[i] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results
 
 
 @pytest.fixture(autouse=True)
@@ -272,3 +301,15 @@ def test_sync_hot_flags_follows_the_settings_and_balances_stay_exact(settings):
     assert stored("test:hub") == D("3")
     ledger.rollup()
     assert stored("test:hub") == D("6") and ledger.trial_balance().ok
+
+
+def test_the_trial_balance_counts_deltas_and_reports_one_without_postings():
+    move("k1", "test:partner", "test:hub", "3")
+    hub = Account.objects.get(code="test:hub")
+    assert ledger.trial_balance().ok
+
+    BalanceDeltaFactory(account=hub, amount=D("5"))
+
+    trial = ledger.trial_balance()
+    assert not trial.ok
+    assert trial.drift == [("test:hub", "USDC", D("8"), D("3"))]
