@@ -2,7 +2,9 @@
 # make test - the test suite against the same embedded services
 # make demo - N deposits through the sandbox with faults on; prints a summary line
 # make chaos - a seeded, randomized fault campaign (CHAOS_ARGS="--seed 17 --seeds 1")
-# make bench - the saga engine vs DBOS Transact and pgbench on the embedded PostgreSQL
+# make bench - every bench/<part>.py (saga vs DBOS, periodic, ingest, releases) on its own
+#              embedded PostgreSQL with fsync=on (.devservices-bench, ports 54339/63809),
+#              interleaved rounds (BENCH_ARGS="--rounds 3"); last line: bench: key=value ...
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -32,11 +34,11 @@ chaos: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -r requirements-bench.txt
-	$(DEV) run -- $(BIN)/python bench/saga_bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
 clean-devservices:
 	-$(DEV) down
-	rm -rf .devservices
+	rm -rf .devservices .devservices-bench

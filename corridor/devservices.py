@@ -108,6 +108,18 @@ def postgres_running() -> bool:
     return result.returncode == 0
 
 
+def pg_options() -> str:
+    """The server's ``postgres`` options. Development and test data only: fsync off
+    (DEVSERVICES_PG_FSYNC) trades crash safety of the dev server for speed;
+    ``make bench`` runs its own server (``.devservices-bench``) with
+    DEVSERVICES_PG_FSYNC=on and DEVSERVICES_PG_SYNCHRONOUS_COMMIT=on (the default)."""
+    return (
+        f"-h 127.0.0.1 -p {PG_PORT} -k {PG_DATA} -c max_connections=200 "
+        f"-c fsync={os.environ.get('DEVSERVICES_PG_FSYNC', 'off')} "
+        f"-c synchronous_commit={os.environ.get('DEVSERVICES_PG_SYNCHRONOUS_COMMIT', 'on')}"
+    )
+
+
 def start_postgres() -> bool:
     """Start the embedded server; return True if this call started it."""
     PG_DATA.mkdir(parents=True, exist_ok=True)
@@ -120,12 +132,7 @@ def start_postgres() -> bool:
         )
     if postgres_running():
         return False
-    # Development and test data only: fsync off trades crash safety of the dev
-    # server for speed. Benchmarks compare engines on this same server.
-    options = (
-        f"-h 127.0.0.1 -p {PG_PORT} -k {PG_DATA} -c max_connections=200 "
-        f"-c fsync={os.environ.get('DEVSERVICES_PG_FSYNC', 'off')}"
-    )
+    options = pg_options()
     subprocess.run(
         [_pg_bin("pg_ctl"), "-D", str(PG_DATA), "-l", str(PG_DATA / "server.log"),
          "-o", options, "-w", "-t", str(START_TIMEOUT_S), "start"],

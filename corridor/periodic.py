@@ -126,6 +126,7 @@ def registry() -> dict[str, PeriodicQuery]:
     """name -> PeriodicQuery, for every periodic query Corridor runs."""
     from anchor import reconciler, submissions
     from corridor import stranded
+    from ledger import services as ledger
     from payouts import poller, receipts, refunds
     from sagas import engine
 
@@ -175,6 +176,9 @@ def registry() -> dict[str, PeriodicQuery]:
           refunds.stuck_refunds, runs_in="payouts.tasks.sweep_refunds"),
         q("saga_resume", SWEEP, "sagas", ("sagas_due_idx",), engine.due_sql,
           runs_in="sagas.tasks.resume_sagas"),
+        # A queue: folded deltas are deleted, so it never holds finished rows.
+        q("ledger.rollup", SWEEP, "ledger_balance_deltas", ("ledger_balance_deltas_pkey",),
+          ledger.rollup_claim_sql, runs_in="ledger.tasks.rollup_balances"),
     ]
     # kind -> (table, its index, other indexes whose condition covers the query's).
     stranded_indexes = {

@@ -199,8 +199,7 @@ def restart_postgres() -> None:
             conn.execute("CHECKPOINT")
     except psycopg.Error:
         pass  # a restart is wanted either way
-    options = (f"-h 127.0.0.1 -p {devservices.PG_PORT} -k {devservices.PG_DATA} "
-               f"-c max_connections=200 -c fsync={os.environ.get('DEVSERVICES_PG_FSYNC', 'off')}")
+    options = devservices.pg_options()
     subprocess.run(
         [devservices._pg_bin("pg_ctl"), "-D", str(devservices.PG_DATA), "-l",
          str(devservices.PG_DATA / "server.log"), "-o", options, "-m", "immediate", "-w",

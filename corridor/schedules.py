@@ -23,4 +23,6 @@ def periodic_tasks() -> list[tuple[str, str, float]]:
         ("withdrawal refund sweep", "payouts.tasks.sweep_refunds",
          settings.REFUND_SWEEP_PERIOD_S),
         ("resume due sagas", "sagas.tasks.resume_sagas", settings.SAGA_RESUME_PERIOD_S),
+        ("ledger rollup of hot-account deltas", "ledger.tasks.rollup_balances",
+         settings.LEDGER_ROLLUP_PERIOD_S),
     ]

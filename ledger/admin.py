@@ -3,8 +3,12 @@ the trial balance (``ledger.services.trial_balance``, DESIGN.md §8 invariant 3)
 from the accounts list. Nothing here writes: corrections are new entries, posted by a
 service."""
 
+from decimal import Decimal
+
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
+from django.db.models import Sum, Value
+from django.db.models.functions import Coalesce
 from django.template.response import TemplateResponse
 from django.urls import path
 
@@ -15,12 +19,21 @@ from ledger.models import Account, Entry, Posting
 
 @admin.register(Account)
 class AccountAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ("code", "currency", "balance", "created_at")
+    list_display = ("code", "currency", "current_balance", "hot", "created_at")
     list_filter = ("currency",)
     search_fields = ("code",)
     ordering = ("code", "currency")
     change_list_template = "admin/ledger/account/change_list.html"
     actions = None
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(
+            pending=Coalesce(Sum("deltas__amount"), Value(Decimal(0))))
+
+    @admin.display(description="balance", ordering="balance")
+    def current_balance(self, obj):
+        """Stored balance + unrolled deltas (hot accounts, ledger.services.rollup)."""
+        return obj.balance + obj.pending
 
     def get_urls(self):
         view = self.admin_site.admin_view(self.trial_balance_view)

@@ -26,7 +26,7 @@ from anchor.models import (
     Sep24Customer,
     SourceAccount,
 )
-from ledger.models import Account, Entry, Posting
+from ledger.models import Account, BalanceDelta, Entry, Posting
 from payouts.models import (
     ChainCursor,
     PayoutAttempt,
@@ -325,6 +325,17 @@ class PostingFactory(factory.django.DjangoModelFactory):
 
     entry = factory.SubFactory("tests.factories.EntryFactory", postings=False)
     account = factory.SubFactory(AccountFactory)
+    amount = Decimal("1")
+
+
+class BalanceDeltaFactory(factory.django.DjangoModelFactory):
+    """A hot account's unrolled delta written directly (the trigger writes the real
+    ones): with no posting behind it, the trial balance reports it as drift."""
+
+    class Meta:
+        model = BalanceDelta
+
+    account = factory.SubFactory(AccountFactory, hot=True)
     amount = Decimal("1")
 
 

@@ -64,4 +64,9 @@ def test_campaign_with_the_payout_guard_off_finds_a_violation():
     out, violations = _campaign("--seeds", "1", "--seed", "7", "--protection-off",
                                 "payout_guard")
 
+    # A driver error or a slow settle would count as a violation too; what this checker
+    # must catch with the guard off is the money failure itself: a withdrawal paid twice.
     assert violations > 0, out[-4000:]
+    last = out.strip().splitlines()[-1]
+    double_payouts = int(re.search(r"double_payouts=(\d+)", last).group(1))
+    assert double_payouts > 0, _violations(out)

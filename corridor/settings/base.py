@@ -360,6 +360,28 @@ SAGA_FENCING = True
 SAGA_COMPENSATE_IN_REVERSE = True
 SAGA_STEP_KEYS = True
 
+# Hot accounts (issue 11 §4; ledger.services): fnmatch patterns of account codes whose
+# posts neither lock nor update the account row; their postings become
+# ledger_balance_deltas rows, folded into the balance by ledger.tasks.rollup_balances
+# every LEDGER_ROLLUP_PERIOD_S, at most LEDGER_ROLLUP_BATCH deltas per transaction.
+# Default: the accounts every remittance books to and that have no balance rule (the
+# fx and payable clearing accounts, the receiving anchors) and the testing plan's.
+LEDGER_HOT_ACCOUNTS = env.list("LEDGER_HOT_ACCOUNTS",
+                               default=["test:*", "fx:*", "payable:*", "anchor:*"])
+# Accounts whose balance must never go below zero (Overdraft): they are locked by
+# every post that touches them and are never hot, whatever LEDGER_HOT_ACCOUNTS says.
+# Default: none, as before (``hub``, which mirrors a Stellar account, is the candidate;
+# its balance follows the chain, so a refusal there would stop a saga, not money).
+LEDGER_NON_NEGATIVE_ACCOUNTS = env.list("LEDGER_NON_NEGATIVE_ACCOUNTS", default=[])
+LEDGER_ROLLUP_PERIOD_S = env.float("LEDGER_ROLLUP_PERIOD_S", default=5.0)
+LEDGER_ROLLUP_BATCH = env.int("LEDGER_ROLLUP_BATCH", default=10000)
+# Test-only switches (never from the environment): False makes posts read non-negative
+# accounts without locking them, which shows that the lock is what stops an overdraft.
+LEDGER_LOCK_NON_NEGATIVE = True
+# False makes the rollup read its batch without claiming it (no FOR
+# UPDATE SKIP LOCKED), which shows that the claim is what stops a double fold.
+LEDGER_ROLLUP_SKIP_LOCKED = True
+
 # --- Remittances ---
 # The hub: Corridor's USDC account on Stellar that partners fund and that pays the
 # receiving anchors (the default is the sandbox hub, public and fake).
