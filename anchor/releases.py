@@ -116,7 +116,9 @@ def release_start(*, transaction_id: str) -> DepositRelease | None:
         if release is None:  # someone else claimed it first; they drive it
             return DepositRelease.objects.get(transaction_id=transaction_id)
         crash_point("after_claim")
-        return release_drive(release_id=release.pk)
+        release = release_drive(release_id=release.pk)
+        follow_later(release)
+        return release
 
 
 def _check_ap_amount(ap_tx: dict, order: DepositOrder) -> None:
@@ -240,6 +242,8 @@ def _drive(release: DepositRelease, *, redrive: bool) -> DepositRelease:
                 if release.status == Status.MANUAL_REVIEW:
                     return release
 
+    if settings.STELLAR_SUBMIT_MODE == "async":
+        return _post_async(release)
     result = stellar.submit(release.envelope_xdr)
     crash_point("after_submit")
     if result.kind == "applied":
@@ -265,6 +269,61 @@ def _drive(release: DepositRelease, *, redrive: bool) -> DepositRelease:
         return release
     _set_status(release, Status.FAILED, f"refused: {reason}")
     return DepositRelease.objects.get(pk=release.pk)
+
+
+def _post_async(release: DepositRelease) -> DepositRelease:
+    """Step 3 without waiting for a ledger: POST the stored envelope to
+    ``/transactions_async`` and return at once; ``follow_later`` (the task
+    ``release_follow``, and the reconciler behind it) then follows the stored hash by the
+    one rule until it landed or is provably dead, re-posting the same envelope while it
+    is alive (PENDING only means queued: core may still drop it). A refusal is never
+    read as death by its code: the endpoint does not consult Horizon's history, so an
+    envelope that already landed answers ERROR ``tx_bad_seq``; the rule decides."""
+    result = stellar.submit_async(release.envelope_xdr)
+    crash_point("after_submit")
+    if result.kind != stellar.REFUSED:
+        _note(release, f"posted async: {result.kind} ({result.detail})")
+        return DepositRelease.objects.get(pk=release.pk)
+    reason = result.tx_code or "refused"
+    fate = _fate(release)
+    if fate.state == envelopes.LANDED:
+        return _landed(release, fate.transaction)
+    if fate.state == envelopes.UNKNOWN:
+        return _undecided(release, fate, note=f"refused ({reason}); ")
+    if fate.state == envelopes.ALIVE:
+        # Not applied yet and still applicable (a sequence gap, surge pricing): the
+        # same envelope is posted again on the next look, a new one only once dead.
+        _note(release, f"refused ({reason}) while alive: {fate.reason}")
+        return DepositRelease.objects.get(pk=release.pk)
+    if result.tx_code in ("tx_bad_seq", "tx_too_late"):
+        release = _rebuild(release, reason=f"refused: {reason}; {fate.reason}")
+        if release.status != Status.MANUAL_REVIEW:
+            return _post_async(release)
+        return release
+    _set_status(release, Status.FAILED, f"refused: {reason}")
+    return DepositRelease.objects.get(pk=release.pk)
+
+
+FOLLOWED = (Status.SUBMITTING, Status.SUBMITTED)
+
+
+def follow_later(release: DepositRelease, *, follows: int = 0) -> bool:
+    """In async mode, after a drive that left ``release`` open (``submitting``: posted,
+    not landed; ``submitted``: landed, AP not told yet), schedule its next look
+    (``anchor.tasks.release_follow``) RELEASE_FOLLOW_DELAY_S from now, after the
+    caller's commit. Stops after RELEASE_FOLLOW_MAX looks (the reconciler, every
+    RECONCILER_PERIOD_S, restarts any chain that stopped or was lost with a killed
+    worker). Returns whether it scheduled one."""
+    if settings.STELLAR_SUBMIT_MODE != "async" or release.status not in FOLLOWED:
+        return False
+    if follows >= settings.RELEASE_FOLLOW_MAX:
+        return False
+    from anchor import tasks
+
+    release_id = release.pk
+    transaction.on_commit(lambda: tasks.release_follow.apply_async(
+        (release_id, follows + 1), countdown=settings.RELEASE_FOLLOW_DELAY_S))
+    return True
 
 
 def _landed(release: DepositRelease, found: dict) -> DepositRelease:

@@ -40,6 +40,18 @@ def deposit_release(self, transaction_id: str) -> None:
                          max_retries=20) from exc
 
 
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def release_follow(release_id: int, follows: int = 1) -> str:
+    """Async submission (STELLAR_SUBMIT_MODE=async): one more look at a posted release
+    by its stored hash (``release_drive`` with the chain check: landed -> completed;
+    alive -> the same envelope re-posted; dead -> rebuilt; unknown -> waited for), then
+    the next look if it is still open. Safe to run twice (the drive lock, conditional
+    updates). Returns the release's status."""
+    release = releases.release_drive(release_id=release_id, redrive=True)
+    releases.follow_later(release, follows=follows)
+    return release.status
+
+
 @shared_task
 def reconcile_releases() -> dict:
     return reconciler.reconcile_releases()
