@@ -17,6 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 from stellar_sdk import Account, Asset, Keypair, Server, StrKey, TransactionBuilder
 from stellar_sdk import exceptions as sdk_errors
@@ -363,17 +364,69 @@ def lease_channel(*, holder: str, until: datetime, prefer: str | None = None,
 
 
 def free_channel(*, address: str, holder: str) -> None:
-    """End ``holder``'s lease (its envelope landed). In the caller's transaction."""
-    SourceAccount.objects.filter(address=address, leased_by=holder).update(
-        leased_by=None, leased_until=None
-    )
+    """End ``holder``'s lease (its envelope landed). In the caller's transaction; after
+    its commit the ``CHANNEL_FREED`` hooks run (a waiting release is woken)."""
+    if SourceAccount.objects.filter(address=address, leased_by=holder).update(
+            leased_by=None, leased_until=None):
+        transaction.on_commit(_channel_freed)
 
 
 def forget_sequence(*, address: str, holder: str) -> None:
-    """The holder's envelope is dead: its sequence was not used; reread on next use."""
-    SourceAccount.objects.filter(address=address, leased_by=holder).update(
-        sequence=None, leased_by=None, leased_until=None
-    )
+    """The holder's envelope is dead: its sequence was not used; reread on next use.
+    Frees the channel like ``free_channel``."""
+    if SourceAccount.objects.filter(address=address, leased_by=holder).update(
+            sequence=None, leased_by=None, leased_until=None):
+        transaction.on_commit(_channel_freed)
+
+
+# Called (no arguments) after the commit that freed a channel; anchor.releases registers
+# the wake-up of a release waiting for one.
+CHANNEL_FREED: list = []
+
+
+def _channel_freed() -> None:
+    for hook in CHANNEL_FREED:
+        try:
+            hook()
+        except Exception:  # noqa: BLE001 - a wake-up is an optimisation: the retry remains
+            log.warning("channel-freed hook failed", exc_info=True)
+
+
+AWAITING_KEY = "corridor:awaiting_channel"
+
+
+def await_channel(holder: str) -> None:
+    """Remember that ``holder`` (a release's transaction id) was refused a channel, so
+    the next freed channel wakes it (a Redis sorted set, oldest first). Best effort:
+    the refused task keeps its own retry."""
+    import time
+
+    try:
+        _redis().zadd(AWAITING_KEY, {holder: time.time()}, nx=True)
+    except Exception:  # noqa: BLE001
+        log.debug("awaiting channel not recorded (Redis unreachable)")
+
+
+def next_waiting(count: int = 1) -> list[str]:
+    """Take the ``count`` oldest holders waiting for a channel (removed from the set)."""
+    try:
+        return [m.decode() for m, _ in _redis().zpopmin(AWAITING_KEY, count)]
+    except Exception:  # noqa: BLE001
+        return []
+
+
+def channel_free_now() -> bool:
+    """Whether some configured channel looks free right now (one read, no lock, no
+    write): a cheap early refusal before a claim's outbound reads. A channel not
+    recorded yet counts as free (``lease_channel`` records it)."""
+    from django.db.models import Q
+
+    addresses = list(channel_keypairs())
+    rows = SourceAccount.objects.filter(address__in=addresses)
+    if rows.count() < len(addresses):
+        return True
+    return rows.filter(retired_at__isnull=True).filter(
+        Q(leased_by__isnull=True) | Q(leased_until__lt=timezone.now())).exists()
 
 
 def prepare_payment(*, holder: str, destination: str, amount: Decimal, memo_type: str,

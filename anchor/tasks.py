@@ -35,6 +35,15 @@ def deposit_release(self, transaction_id: str) -> None:
         releases.release_start(transaction_id=transaction_id)
     except releases.ReleaseRefused as exc:
         log.info("release of %s not started: %s", transaction_id, exc)
+    except stellar.NoChannelFree as exc:
+        if settings.STELLAR_SUBMIT_MODE != "async":
+            raise self.retry(exc=exc, countdown=settings.RELEASE_RETRY_DELAY_S,
+                             max_retries=20) from exc
+        # The next freed channel wakes it (stellar.await_channel); this retry is the
+        # fallback, CHANNEL_WAIT_RETRY_S apart (the AP sweep is the last one).
+        stellar.await_channel(transaction_id)
+        countdown = settings.CHANNEL_WAIT_RETRY_S or settings.RELEASE_RETRY_DELAY_S
+        raise self.retry(exc=exc, countdown=countdown, max_retries=None) from exc
     except RETRYABLE as exc:
         raise self.retry(exc=exc, countdown=settings.RELEASE_RETRY_DELAY_S,
                          max_retries=20) from exc

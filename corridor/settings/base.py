@@ -237,6 +237,13 @@ STELLAR_CHANNEL_FUNDING_XLM = Decimal(env("STELLAR_CHANNEL_FUNDING_XLM", default
 STELLAR_SUBMIT_MODE = env("STELLAR_SUBMIT_MODE", default="sync")
 RELEASE_FOLLOW_DELAY_S = env.float("RELEASE_FOLLOW_DELAY_S", default=1.0)
 RELEASE_FOLLOW_MAX = env.int("RELEASE_FOLLOW_MAX", default=600)
+# The network's ledger close period (Stellar: ~5 s): the first look at a fresh async post
+# is timed RELEASE_FOLLOW_MARGIN_S after the next expected close (0: no timing).
+STELLAR_LEDGER_CLOSE_S = env.float("STELLAR_LEDGER_CLOSE_S", default=5.0)
+RELEASE_FOLLOW_MARGIN_S = env.float("RELEASE_FOLLOW_MARGIN_S", default=0.5)
+# A release refused a channel retries this far apart (0: RELEASE_RETRY_DELAY_S); in async
+# mode the next freed channel wakes the oldest waiter first.
+CHANNEL_WAIT_RETRY_S = env.float("CHANNEL_WAIT_RETRY_S", default=0.0)
 STELLAR_BASE_FEE = env.int("STELLAR_BASE_FEE", default=100)
 # One POST /transactions may wait this long (Horizon's own limit is 30 s).
 STELLAR_SUBMIT_TIMEOUT_S = env.float("STELLAR_SUBMIT_TIMEOUT_S", default=35.0)
