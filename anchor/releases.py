@@ -378,9 +378,8 @@ def _until_next_close(default: float) -> float:
         closed_at = stellar.latest_ledger_close_time()
     except stellar.HorizonUnavailable:
         return default
-    now = timezone.now()
-    elapsed = (now - closed_at).total_seconds()
-    # closed_at is whole seconds: a close that happened moments ago may read up to 1 s old
+    # closed_at is whole seconds (the close happened up to 1 s later): its midpoint
+    elapsed = (timezone.now() - closed_at).total_seconds() - 0.5
     until = period - (elapsed % period) + settings.RELEASE_FOLLOW_MARGIN_S
     return max(0.1, min(until, period + settings.RELEASE_FOLLOW_MARGIN_S))
 

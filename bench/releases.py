@@ -8,8 +8,9 @@ with DATABASE_URL (the server: fresh databases ``corridor_bench_releases`` and
 
 What runs, each in its own process, as in ``make run``: the sandbox (Horizon, AP,
 Razorpay stand-ins), Corridor's web (gunicorn, as Procfile) receiving the sandbox's
-webhooks and AP events, and one Celery worker (threads pool) doing the releases with
-STELLAR_SUBMIT_MODE=async and N channels created by ``channels_create`` (seeds derived
+webhooks and AP events, and Celery workers (threads pool) doing the releases with
+STELLAR_SUBMIT_MODE=async (two worker processes of 8 threads by default) and N channels
+created by ``channels_create`` (seeds derived
 from a dev secret). Setup (not measured) runs with 0.2 s ledgers: N channels, wallets
 with USDC trustlines, and a backlog of deposits paid through the real flow (SEP-24
 start, interactive form, Razorpay checkout, webhook, confirmation, AP
@@ -22,10 +23,10 @@ Measured: payments applied on the sandbox ledger per ledger close (USDC payments
 the distribution account, read per ledger from ``/ledgers/{n}/payments``), over the
 steady ledgers: after 2 warm-up ledgers, while the deposits not yet paid are at least
 twice the channels. ``releases_per_ledger_per_channel`` = median payments per steady
-ledger / channels; each round is a consecutive group of steady ledgers (rounds x
-``--steady`` / rounds ledgers in all, at least ``--steady``), so the table shows the
-median [min-max] across rounds. ``cpu_ms_per_release``: CPU time (user + system, from
-/proc) of the Corridor processes (worker, and gunicorn's master and workers) across the
+ledger / channels; the ``--steady`` ledgers are split into ``--rounds`` consecutive
+rounds, and the table shows the median [min-max] over ledgers and over rounds.
+``cpu_ms_per_release``: CPU time (user + system, from /proc) of the Corridor processes
+(the workers, and gunicorn's master and workers) across the
 steady ledgers, divided by the payments in them. The sandbox's CPU is not Corridor's and
 is printed apart. There is nothing to interleave: one system, one figure per ledger.
 
@@ -156,12 +157,13 @@ def main() -> int:
     parser.add_argument("--ledger-close", type=float, default=5.0)
     parser.add_argument("--steady", type=int, default=10)
     parser.add_argument("--wallets", type=int, default=10)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    parser.add_argument("--concurrency", type=int, default=8, help="threads per worker")
     parser.add_argument("--follow-delay", type=float, default=0.5)
     args = parser.parse_args()
     rounds = max(1, args.rounds)
-    per_round = max(1, -(-args.steady // rounds))
-    steady_total = per_round * rounds
+    steady_total = max(args.steady, rounds)
+    per_round = steady_total // rounds  # the last round takes the remainder
     channels = args.channels
     deposits = channels * (steady_total + WARMUP_LEDGERS + 1) + 2 * channels
 
@@ -221,16 +223,18 @@ def main() -> int:
                        {**env, "SANDBOX_LEDGER_CLOSE_S": str(args.ledger_close)}, log_dir)
         procs.append(sandbox)
         wait_http(f"{sandbox_url}/sandbox/faults", sandbox)
-        worker = Proc("worker", [python, "-m", "celery", "-A", "corridor", "worker", "--pool",
-                                 "threads", "--concurrency", str(args.concurrency),
-                                 "--loglevel", "WARNING", "--without-gossip",
-                                 "--without-mingle", "--without-heartbeat", "-n",
-                                 f"bench-releases-{os.getpid()}@bench"], env, log_dir)
-        procs.append(worker)
+        workers = [Proc(f"worker{n}", [python, "-m", "celery", "-A", "corridor", "worker",
+                                       "--pool", "threads", "--concurrency",
+                                       str(args.concurrency), "--loglevel", "WARNING",
+                                       "--without-gossip", "--without-mingle",
+                                       "--without-heartbeat", "-n",
+                                       f"bench-releases-{n}-{os.getpid()}@bench"], env, log_dir)
+                   for n in range(args.workers)]
+        procs.extend(workers)
         time.sleep(3)
         result = _measure(SandboxHandle(sandbox_url), ids, channels=channels,
                           steady_total=steady_total, rounds=rounds, per_round=per_round,
-                          corridor_pids=[worker.proc.pid, web.proc.pid],
+                          corridor_pids=[w.proc.pid for w in workers] + [web.proc.pid],
                           sandbox_pid=sandbox.proc.pid, ledger_close=args.ledger_close)
     finally:
         for proc in reversed(procs):
@@ -343,7 +347,8 @@ def _measure(sandbox, ids: list[str], *, channels: int, steady_total: int, round
     cpu_s = window[-1]["cpu"] - first["cpu"]
     sandbox_cpu_s = window[-1]["sandbox_cpu"] - first["sandbox_cpu"]
     per_ledger = [entry["paid"] for entry in window]
-    groups = [per_ledger[i * per_round:(i + 1) * per_round] for i in range(rounds)]
+    groups = [per_ledger[i * per_round:(i + 1) * per_round if i < rounds - 1 else None]
+              for i in range(rounds)]
     completed = DepositRelease.objects.filter(status="completed").count()
     return {"per_ledger": per_ledger, "round_medians": [statistics.median(g) for g in groups],
             "releases": releases, "cpu_ms": 1000 * cpu_s / max(releases, 1),
