@@ -32,6 +32,7 @@ from anchor.models import (
     DepositRelease,
     InboundEvent,
     ReleaseEvent,
+    SourceAccount,
 )
 from common.console import ReadOnlyAdmin, ReadOnlyInline, confirm_action
 
@@ -149,3 +150,28 @@ class InboundEventAdmin(ReadOnlyAdmin):
     search_fields = ("event_id", "reason")
     ordering = ("-received_at",)
     actions = None
+
+
+@admin.register(SourceAccount)
+class ChannelAccountAdmin(ReadOnlyAdmin):
+    """Channel accounts (anchor/channels.py): which have an envelope in flight, their
+    XLM for fees as last read from Horizon (``manage.py channels list`` refreshes it),
+    and the claims refused for want of a free channel. Seeds are never stored."""
+
+    list_display = ("address", "state", "leased_by", "leased_until", "sequence",
+                    "xlm_balance", "balance_checked_at", "retired_at")
+    search_fields = ("address", "leased_by")
+    ordering = ("id",)
+
+    @admin.display(description="state")
+    def state(self, obj):
+        from anchor.channels import channel_state
+
+        return channel_state(obj)
+
+    def changelist_view(self, request, extra_context=None):
+        refusals = stellar.channel_refusals()
+        shown_count = "unknown (Redis unreachable)" if refusals is None else refusals
+        self.message_user(request, "Claims refused because every channel was in flight: "
+                                   f"{shown_count}", messages.INFO)
+        return super().changelist_view(request, extra_context)

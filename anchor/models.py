@@ -265,6 +265,13 @@ class SourceAccount(models.Model):
     sequence = models.BigIntegerField(null=True, blank=True)
     leased_by = models.CharField(max_length=64, null=True, blank=True)
     leased_until = models.DateTimeField(null=True, blank=True)
+    # ``manage.py channels``: when it was created on chain by Corridor (None: configured
+    # only, e.g. the distribution account), retired (no new leases), and its XLM (the
+    # fees it pays) as Horizon last showed it.
+    created_at = models.DateTimeField(null=True, blank=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
+    xlm_balance = models.DecimalField(max_digits=20, decimal_places=7, null=True, blank=True)
+    balance_checked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "stellar_source_accounts"

@@ -46,6 +46,7 @@ def reconcile_releases() -> dict[str, int]:
     counts: dict[str, int] = {}
     for release_id in list(stuck_releases()):
         release = releases.release_drive(release_id=release_id, redrive=True)
+        releases.follow_later(release)  # async mode: restart a lost or stopped chain
         counts[release.status] = counts.get(release.status, 0) + 1
     return counts
 

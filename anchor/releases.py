@@ -70,6 +70,12 @@ def release_start(*, transaction_id: str) -> DepositRelease | None:
         existing = DepositRelease.objects.filter(transaction_id=transaction_id).first()
         if existing is not None:
             return existing
+        if settings.STELLAR_SUBMIT_MODE == "async" and not stellar.channel_free_now():
+            # A backlog waits here, not after the AP, Razorpay and Horizon reads below;
+            # the next freed channel wakes the oldest waiter (``_wake_waiter``).
+            stellar.count_refusal()
+            stellar.await_channel(transaction_id)
+            raise stellar.NoChannelFree("all channel accounts have a transaction in flight")
         payment = DepositPayment.objects.live().filter(transaction_id=transaction_id).first()
         if payment is None:
             raise ReleaseRefused(f"{transaction_id}: no captured payment recorded by Corridor")
@@ -116,7 +122,9 @@ def release_start(*, transaction_id: str) -> DepositRelease | None:
         if release is None:  # someone else claimed it first; they drive it
             return DepositRelease.objects.get(transaction_id=transaction_id)
         crash_point("after_claim")
-        return release_drive(release_id=release.pk)
+        release = release_drive(release_id=release.pk)
+        follow_later(release)
+        return release
 
 
 def _check_ap_amount(ap_tx: dict, order: DepositOrder) -> None:
@@ -230,6 +238,16 @@ def _drive(release: DepositRelease, *, redrive: bool) -> DepositRelease:
             if release.status == Status.MANUAL_REVIEW:
                 return release
         else:
+            if _followable(release):
+                # A look of the async follow while the envelope's time bounds are open:
+                # found by hash -> landed; else post the same envelope again (harmless
+                # whatever its fate: one envelope applies once; a landed one answers
+                # tx_bad_seq, which goes to the rule). Death is only ever decided by
+                # the rule, after max_time.
+                found = stellar.find_transaction(release.tx_hash)
+                if found is not None:
+                    return _landed(release, found)
+                return _post_async(release)
             fate = _fate(release)
             if fate.state == envelopes.LANDED:
                 return _landed(release, fate.transaction)
@@ -240,6 +258,8 @@ def _drive(release: DepositRelease, *, redrive: bool) -> DepositRelease:
                 if release.status == Status.MANUAL_REVIEW:
                     return release
 
+    if settings.STELLAR_SUBMIT_MODE == "async":
+        return _post_async(release)
     result = stellar.submit(release.envelope_xdr)
     crash_point("after_submit")
     if result.kind == "applied":
@@ -265,6 +285,103 @@ def _drive(release: DepositRelease, *, redrive: bool) -> DepositRelease:
         return release
     _set_status(release, Status.FAILED, f"refused: {reason}")
     return DepositRelease.objects.get(pk=release.pk)
+
+
+def _followable(release: DepositRelease) -> bool:
+    """An async release posted and not yet past its max_time: a look needs no proof."""
+    return (settings.STELLAR_SUBMIT_MODE == "async" and release.status == Status.SUBMITTING
+            and release.max_time is not None and timezone.now() <= release.max_time)
+
+
+def _post_async(release: DepositRelease) -> DepositRelease:
+    """Step 3 without waiting for a ledger: POST the stored envelope to
+    ``/transactions_async`` and return at once; ``follow_later`` (the task
+    ``release_follow``, and the reconciler behind it) then follows the stored hash by the
+    one rule until it landed or is provably dead, re-posting the same envelope while it
+    is alive (PENDING only means queued: core may still drop it). A refusal is never
+    read as death by its code: the endpoint does not consult Horizon's history, so an
+    envelope that already landed answers ERROR ``tx_bad_seq``; the rule decides."""
+    result = stellar.submit_async(release.envelope_xdr)
+    crash_point("after_submit")
+    if result.kind != stellar.REFUSED:
+        _note(release, f"posted async: {result.kind} ({result.detail})")
+        return DepositRelease.objects.get(pk=release.pk)
+    reason = result.tx_code or "refused"
+    fate = _fate(release)
+    if fate.state == envelopes.LANDED:
+        return _landed(release, fate.transaction)
+    if fate.state == envelopes.UNKNOWN:
+        return _undecided(release, fate, note=f"refused ({reason}); ")
+    if fate.state == envelopes.ALIVE:
+        # Not applied yet and still applicable (a sequence gap, surge pricing): the
+        # same envelope is posted again on the next look, a new one only once dead.
+        _note(release, f"refused ({reason}) while alive: {fate.reason}")
+        return DepositRelease.objects.get(pk=release.pk)
+    if result.tx_code in ("tx_bad_seq", "tx_too_late"):
+        release = _rebuild(release, reason=f"refused: {reason}; {fate.reason}")
+        if release.status != Status.MANUAL_REVIEW:
+            return _post_async(release)
+        return release
+    _set_status(release, Status.FAILED, f"refused: {reason}")
+    return DepositRelease.objects.get(pk=release.pk)
+
+
+FOLLOWED = (Status.SUBMITTING, Status.SUBMITTED)
+
+
+def _wake_waiter() -> None:
+    """After a commit that freed a channel (async mode): start the oldest release that
+    was refused one (``stellar.await_channel``). A wake-up lost with a crash costs only
+    time: the refused task's own retry and the AP sweep still start it."""
+    if settings.STELLAR_SUBMIT_MODE != "async":
+        return
+    from anchor import tasks
+
+    for transaction_id in stellar.next_waiting(1):
+        tasks.deposit_release.delay(transaction_id)
+
+
+stellar.CHANNEL_FREED.append(_wake_waiter)
+
+
+def follow_later(release: DepositRelease, *, follows: int = 0) -> bool:
+    """In async mode, after a drive that left ``release`` open (``submitting``: posted,
+    not landed; ``submitted``: landed, AP not told yet), schedule its next look
+    (``anchor.tasks.release_follow``) RELEASE_FOLLOW_DELAY_S from now, after the
+    caller's commit. Stops after RELEASE_FOLLOW_MAX looks (the reconciler, every
+    RECONCILER_PERIOD_S, restarts any chain that stopped or was lost with a killed
+    worker). Returns whether it scheduled one."""
+    if settings.STELLAR_SUBMIT_MODE != "async" or release.status not in FOLLOWED:
+        return False
+    if follows >= settings.RELEASE_FOLLOW_MAX:
+        return False
+    from anchor import tasks
+
+    release_id = release.pk
+    delay = settings.RELEASE_FOLLOW_DELAY_S
+    if follows == 0 and release.status == Status.SUBMITTING:
+        delay = _until_next_close(delay)
+    transaction.on_commit(lambda: tasks.release_follow.apply_async(
+        (release_id, follows + 1), countdown=delay))
+    return True
+
+
+def _until_next_close(default: float) -> float:
+    """Seconds from now to RELEASE_FOLLOW_MARGIN_S after the next ledger close expected
+    from Horizon's latest close (``history_latest_ledger_closed_at``) and
+    STELLAR_LEDGER_CLOSE_S: the first look at a fresh post finds it landed, instead of
+    several looks per ledger. ``default`` when Horizon cannot say."""
+    period = settings.STELLAR_LEDGER_CLOSE_S
+    if not period:
+        return default
+    try:
+        closed_at = stellar.latest_ledger_close_time()
+    except stellar.HorizonUnavailable:
+        return default
+    # closed_at is whole seconds (the close happened up to 1 s later): its midpoint
+    elapsed = (timezone.now() - closed_at).total_seconds() - 0.5
+    until = period - (elapsed % period) + settings.RELEASE_FOLLOW_MARGIN_S
+    return max(0.1, min(until, period + settings.RELEASE_FOLLOW_MARGIN_S))
 
 
 def _landed(release: DepositRelease, found: dict) -> DepositRelease:

@@ -9,12 +9,15 @@ itself and can block for minutes (horizon/NOTES.md §1.1); Corridor's own rule i
 from __future__ import annotations
 
 import base64
+import hashlib
+import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 from stellar_sdk import Account, Asset, Keypair, Server, StrKey, TransactionBuilder
 from stellar_sdk import exceptions as sdk_errors
@@ -23,6 +26,7 @@ from stellar_sdk.transaction_envelope import TransactionEnvelope
 
 from anchor.models import SourceAccount
 
+log = logging.getLogger(__name__)
 STROOP = Decimal("0.0000001")
 
 
@@ -47,9 +51,37 @@ def distribution_keypair() -> Keypair:
     return Keypair.from_secret(settings.STELLAR_DISTRIBUTION_SECRET)
 
 
+def derived_channel_keypair(n: int, secret: str | None = None) -> Keypair:
+    """Channel ``n`` (1-based) of the development seed secret
+    (STELLAR_CHANNEL_SEED_SECRET): Keypair.from_raw_ed25519_seed(sha256(
+    "corridor-channel:" + secret + ":" + n)). Sandbox / development only: production
+    refuses the setting (corridor/checks.py E013)."""
+    secret = settings.STELLAR_CHANNEL_SEED_SECRET if secret is None else secret
+    raw = hashlib.sha256(f"corridor-channel:{secret}:{n}".encode()).digest()
+    return Keypair.from_raw_ed25519_seed(raw)
+
+
+def configured_channel_keypairs() -> list[Keypair]:
+    """The channel keypairs the environment configures, in pool order (no database
+    read): STELLAR_CHANNEL_SECRETS, else channels 1..STELLAR_CHANNEL_POOL_SIZE of
+    STELLAR_CHANNEL_SEED_SECRET; STELLAR_CHANNEL_POOL_SIZE > 0 caps either list. Empty
+    when none is configured. Seeds live only in the environment (or a secret store),
+    never in the database, which holds the public keys and their state."""
+    size = settings.STELLAR_CHANNEL_POOL_SIZE
+    if settings.STELLAR_CHANNEL_SECRETS:
+        secrets = list(settings.STELLAR_CHANNEL_SECRETS)
+        pairs = [Keypair.from_secret(s) for s in (secrets[:size] if size else secrets)]
+    elif settings.STELLAR_CHANNEL_SEED_SECRET and size:
+        pairs = [derived_channel_keypair(n) for n in range(1, size + 1)]
+    else:
+        pairs = []
+    return pairs
+
+
 def channel_keypairs() -> dict[str, Keypair]:
-    secrets = settings.STELLAR_CHANNEL_SECRETS or [settings.STELLAR_DISTRIBUTION_SECRET]
-    pairs = [Keypair.from_secret(s) for s in secrets]
+    """Address -> keypair of every configured channel; without any, the distribution
+    account is its own single channel (the default)."""
+    pairs = configured_channel_keypairs() or [distribution_keypair()]
     return {kp.public_key: kp for kp in pairs}
 
 
@@ -159,6 +191,66 @@ def submit(envelope_xdr: str) -> SubmitResult:
         return SubmitResult("unknown", detail=f"{type(exc).__name__}: {exc}")
 
 
+# Async submission outcomes (stellar-horizon ``actions/submit_transaction_async.go``;
+# horizon/NOTES.md §2.2 item 8 and §3.3).
+QUEUED, TRY_AGAIN_LATER, REFUSED, UNKNOWN = "queued", "try_again_later", "refused", "unknown"
+
+
+def _tx_code_name(code) -> str:
+    """An XDR TransactionResultCode as Horizon spells it (txBAD_SEQ -> tx_bad_seq;
+    txNO_ACCOUNT -> tx_no_source_account, stellar/go ``codes/main.go``)."""
+    name = code.name
+    if name == "txNO_ACCOUNT":
+        return "tx_no_source_account"
+    return "tx_" + name.removeprefix("tx").lower()
+
+
+def submit_async(envelope_xdr: str) -> SubmitResult:
+    """POST the stored envelope once to ``/transactions_async`` (no SDK retries; never
+    waits for a ledger; never builds anything new). ``kind``:
+
+    - ``queued``: 201 PENDING or 409 DUPLICATE -- core holds it *for now*; it can still
+      be dropped, so it is followed by its hash and re-posted while alive;
+    - ``try_again_later``: 503 with ``tx_status`` TRY_AGAIN_LATER -- not queued (core
+      holds another transaction of this source, or is full); re-post the same envelope;
+    - ``refused``: 400 ERROR, ``tx_code`` decoded from ``error_result_xdr``. The endpoint
+      does not consult Horizon's history: ``tx_bad_seq`` also answers an envelope that
+      already landed, so it means "look it up" (anchor.envelopes), never "dead";
+    - ``unknown``: any other answer (a 503 problem such as ``stale_history``, 5xx, a
+      timeout, no connection, an unreadable body): nothing is known.
+    The body, not the status alone, decides (a 503 is either of two things)."""
+    client = RequestsClient(num_retries=0, request_timeout=settings.HTTP_TIMEOUT_S,
+                            post_timeout=settings.STELLAR_SUBMIT_TIMEOUT_S)
+    url = f"{settings.HORIZON_URL.rstrip('/')}/transactions_async"
+    try:
+        response = client.post(url, data={"tx": envelope_xdr})
+    except (sdk_errors.ConnectionError, TimeoutError, OSError) as exc:
+        return SubmitResult(UNKNOWN, detail=f"{type(exc).__name__}: {exc}")
+    finally:
+        client.close()
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    status = body.get("tx_status") if isinstance(body, dict) else None
+    title = body.get("title", "") if isinstance(body, dict) else ""
+    detail = f"{response.status_code} {status or title}"
+    if status in ("PENDING", "DUPLICATE") and response.status_code in (201, 409):
+        return SubmitResult(QUEUED, detail=detail.strip())
+    if status == "TRY_AGAIN_LATER" and response.status_code == 503:
+        return SubmitResult(TRY_AGAIN_LATER, detail=detail.strip())
+    if status == "ERROR" and response.status_code == 400:
+        from stellar_sdk import xdr
+
+        try:
+            result = xdr.TransactionResult.from_xdr(body.get("error_result_xdr", ""))
+            tx_code = _tx_code_name(result.result.code)
+        except Exception:  # an undecodable result is a refusal we cannot read
+            tx_code = "tx_unknown"
+        return SubmitResult(REFUSED, tx_code=tx_code, detail=detail.strip())
+    return SubmitResult(UNKNOWN, detail=detail.strip())
+
+
 def build_payment(*, channel: Keypair, sequence: int, destination: str, amount: Decimal,
                   memo_type: str, memo: str, max_time: int,
                   funds: Keypair | None = None) -> TransactionEnvelope:
@@ -200,8 +292,38 @@ class NoChannelFree(Exception):
 
 
 def ensure_pool() -> None:
-    for address in channel_keypairs():
-        SourceAccount.objects.get_or_create(address=address)
+    """Record every configured channel's public key (never its seed): one INSERT ... ON
+    CONFLICT DO NOTHING."""
+    SourceAccount.objects.bulk_create([SourceAccount(address=a) for a in channel_keypairs()],
+                                      ignore_conflicts=True)
+
+
+REFUSALS_KEY = "corridor:channel_refusals"
+
+
+def _redis():
+    import redis
+
+    return redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=0.5,
+                                socket_connect_timeout=0.5)
+
+
+def count_refusal() -> None:
+    """One more claim refused because every channel had an envelope in flight (a
+    counter in Redis, shared by every process; a metric, so an unreachable Redis only
+    loses the count)."""
+    try:
+        _redis().incr(REFUSALS_KEY)
+    except Exception:  # noqa: BLE001 - a metric never breaks a release
+        log.debug("channel refusal not counted (Redis unreachable)")
+
+
+def channel_refusals() -> int | None:
+    """Claims refused so far for want of a free channel (None: Redis unreachable)."""
+    try:
+        return int(_redis().get(REFUSALS_KEY) or 0)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def lease_channel(*, holder: str, until: datetime, prefer: str | None = None,
@@ -210,25 +332,27 @@ def lease_channel(*, holder: str, until: datetime, prefer: str | None = None,
     sequence number. Must run inside the caller's transaction (row lock held until
     its commit, so two claims can never get the same sequence).
 
-    A channel is free when nobody holds it, or its holder's lease passed (that
-    envelope's time bounds are over: it landed or can never land). After such an
+    A channel is free when nobody holds it (its last envelope landed or was proven
+    dead), or its holder's lease passed (that envelope's time bounds are over: it
+    landed or can never land). A retired channel is never leased. After such an
     expiry, or with ``resync``, the sequence is read from Horizon.
-    Raises NoChannelFree, HorizonUnavailable."""
+    Raises NoChannelFree (counted, see ``channel_refusals``), HorizonUnavailable."""
+    from django.db.models import Q
+
     ensure_pool()
     now = timezone.now()
     keypairs = channel_keypairs()
     candidates = SourceAccount.objects.select_for_update(skip_locked=True).filter(
-        address__in=list(keypairs)
+        address__in=list(keypairs), retired_at__isnull=True
     )
     chosen = None
     if prefer:
         chosen = candidates.filter(address=prefer, leased_by=holder).first()
     if chosen is None:
-        from django.db.models import Q
-
         chosen = candidates.filter(Q(leased_by__isnull=True) | Q(leased_until__lt=now)).order_by(
             "leased_until", "id").first()
     if chosen is None:
+        count_refusal()
         raise NoChannelFree("all channel accounts have a transaction in flight")
     if resync or chosen.sequence is None or chosen.leased_by not in (None, holder):
         chosen.sequence = account_sequence(chosen.address)
@@ -240,17 +364,69 @@ def lease_channel(*, holder: str, until: datetime, prefer: str | None = None,
 
 
 def free_channel(*, address: str, holder: str) -> None:
-    """End ``holder``'s lease (its envelope landed). In the caller's transaction."""
-    SourceAccount.objects.filter(address=address, leased_by=holder).update(
-        leased_by=None, leased_until=None
-    )
+    """End ``holder``'s lease (its envelope landed). In the caller's transaction; after
+    its commit the ``CHANNEL_FREED`` hooks run (a waiting release is woken)."""
+    if SourceAccount.objects.filter(address=address, leased_by=holder).update(
+            leased_by=None, leased_until=None):
+        transaction.on_commit(_channel_freed)
 
 
 def forget_sequence(*, address: str, holder: str) -> None:
-    """The holder's envelope is dead: its sequence was not used; reread on next use."""
-    SourceAccount.objects.filter(address=address, leased_by=holder).update(
-        sequence=None, leased_by=None, leased_until=None
-    )
+    """The holder's envelope is dead: its sequence was not used; reread on next use.
+    Frees the channel like ``free_channel``."""
+    if SourceAccount.objects.filter(address=address, leased_by=holder).update(
+            sequence=None, leased_by=None, leased_until=None):
+        transaction.on_commit(_channel_freed)
+
+
+# Called (no arguments) after the commit that freed a channel; anchor.releases registers
+# the wake-up of a release waiting for one.
+CHANNEL_FREED: list = []
+
+
+def _channel_freed() -> None:
+    for hook in CHANNEL_FREED:
+        try:
+            hook()
+        except Exception:  # noqa: BLE001 - a wake-up is an optimisation: the retry remains
+            log.warning("channel-freed hook failed", exc_info=True)
+
+
+AWAITING_KEY = "corridor:awaiting_channel"
+
+
+def await_channel(holder: str) -> None:
+    """Remember that ``holder`` (a release's transaction id) was refused a channel, so
+    the next freed channel wakes it (a Redis sorted set, oldest first). Best effort:
+    the refused task keeps its own retry."""
+    import time
+
+    try:
+        _redis().zadd(AWAITING_KEY, {holder: time.time()}, nx=True)
+    except Exception:  # noqa: BLE001
+        log.debug("awaiting channel not recorded (Redis unreachable)")
+
+
+def next_waiting(count: int = 1) -> list[str]:
+    """Take the ``count`` oldest holders waiting for a channel (removed from the set)."""
+    try:
+        return [m.decode() for m, _ in _redis().zpopmin(AWAITING_KEY, count)]
+    except Exception:  # noqa: BLE001
+        return []
+
+
+def channel_free_now() -> bool:
+    """Whether some configured channel looks free right now (one read, no lock, no
+    write): a cheap early refusal before a claim's outbound reads. A channel not
+    recorded yet counts as free (``lease_channel`` records it)."""
+    from django.db.models import Q
+
+    addresses = list(channel_keypairs())
+    rows = SourceAccount.objects.filter(address__in=addresses)
+    if rows.count() < len(addresses):
+        return True
+    return rows.filter(retired_at__isnull=True).filter(
+        Q(leased_by__isnull=True) | Q(leased_until__lt=timezone.now())).exists()
 
 
 def prepare_payment(*, holder: str, destination: str, amount: Decimal, memo_type: str,

@@ -35,9 +35,30 @@ def deposit_release(self, transaction_id: str) -> None:
         releases.release_start(transaction_id=transaction_id)
     except releases.ReleaseRefused as exc:
         log.info("release of %s not started: %s", transaction_id, exc)
+    except stellar.NoChannelFree as exc:
+        if settings.STELLAR_SUBMIT_MODE != "async":
+            raise self.retry(exc=exc, countdown=settings.RELEASE_RETRY_DELAY_S,
+                             max_retries=20) from exc
+        # The next freed channel wakes it (stellar.await_channel); this retry is the
+        # fallback, CHANNEL_WAIT_RETRY_S apart (the AP sweep is the last one).
+        stellar.await_channel(transaction_id)
+        countdown = settings.CHANNEL_WAIT_RETRY_S or settings.RELEASE_RETRY_DELAY_S
+        raise self.retry(exc=exc, countdown=countdown, max_retries=None) from exc
     except RETRYABLE as exc:
         raise self.retry(exc=exc, countdown=settings.RELEASE_RETRY_DELAY_S,
                          max_retries=20) from exc
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def release_follow(release_id: int, follows: int = 1) -> str:
+    """Async submission (STELLAR_SUBMIT_MODE=async): one more look at a posted release
+    by its stored hash (``release_drive`` with the chain check: landed -> completed;
+    alive -> the same envelope re-posted; dead -> rebuilt; unknown -> waited for), then
+    the next look if it is still open. Safe to run twice (the drive lock, conditional
+    updates). Returns the release's status."""
+    release = releases.release_drive(release_id=release_id, redrive=True)
+    releases.follow_later(release, follows=follows)
+    return release.status
 
 
 @shared_task

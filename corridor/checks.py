@@ -29,7 +29,10 @@ What it refuses:
 - ``DATABASE_URL``, ``CELERY_BROKER_URL`` or ``CORRIDOR_URL`` not set in the environment
   (E013): their defaults are the embedded dev services on loopback and the local port;
 - ``CORRIDOR_URL`` not public https, the admin's second factor off, the https redirect
-  off or HSTS under a day (E014).
+  off or HSTS under a day (E014);
+- ``STELLAR_CHANNEL_SEED_SECRET`` set (E015): channel seeds derived from a development
+  secret (``manage.py channels``) are sandbox seeds; production takes
+  ``STELLAR_CHANNEL_SECRETS`` from its secret store.
 """
 
 from __future__ import annotations
@@ -260,6 +263,11 @@ def deployment_problems() -> list[Problem]:
         problems.append(Problem("corridor.E014", "DJANGO_SECURE_SSL_REDIRECT is off"))
     if settings.SECURE_HSTS_SECONDS < 86400:
         problems.append(Problem("corridor.E014", "DJANGO_SECURE_HSTS_SECONDS is under a day"))
+    if getattr(settings, "STELLAR_CHANNEL_SEED_SECRET", ""):
+        problems.append(Problem("corridor.E015", "STELLAR_CHANNEL_SEED_SECRET is set: channel "
+                                                 "seeds derived from a dev secret are sandbox "
+                                                 "seeds; set STELLAR_CHANNEL_SECRETS from the "
+                                                 "secret store"))
     for name in REQUIRED_ENV:
         if not os.environ.get(name, "").strip():
             problems.append(Problem("corridor.E013", f"{name} is not set: its default is "

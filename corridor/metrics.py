@@ -18,6 +18,11 @@ numbers whichever process serves the scrape):
   ``oldest_stuck`` (release, payout, saga: :func:`stuck_ages`), 0 when none;
 - ``corridor_stranded{kind}``: rows owed to a customer with no owner past their
   kind's threshold (corridor/stranded.py ``stranded_counts``; 0 once settled);
+- ``corridor_channels{state}``: channel accounts ``in_flight`` / ``free`` / ``retired``;
+  ``corridor_channel_xlm{address}``: each one's XLM for fees as last read from Horizon
+  (``manage.py channels list`` and ``create`` refresh it);
+  ``corridor_channel_refusals``: claims refused for want of a free channel (a Redis
+  counter shared by every process; -1 when Redis cannot be read);
 - ``corridor_metrics_scrape_errors``: 1 when the database could not be read this scrape.
 
 Counted where they happen (per process; under gunicorn, gunicorn.conf.py sets
@@ -103,6 +108,27 @@ def _counts(table: str) -> dict[str, int]:
         return {status: count for status, count in cursor.fetchall()}
 
 
+_CHANNELS = """
+SELECT address, xlm_balance,
+       CASE WHEN retired_at IS NOT NULL THEN 'retired'
+            WHEN leased_by IS NOT NULL AND leased_until > now() THEN 'in_flight'
+            ELSE 'free' END
+FROM stellar_source_accounts"""
+
+
+def _channels() -> tuple[dict[str, int], list[tuple[str, float]]]:
+    """Channel accounts by state, and each one's last known XLM (one small table)."""
+    states: dict[str, int] = {}
+    xlm: list[tuple[str, float]] = []
+    with connection.cursor() as cursor:
+        cursor.execute(_CHANNELS)
+        for address, balance, state in cursor.fetchall():
+            states[state] = states.get(state, 0) + 1
+            if balance is not None:
+                xlm.append((address, float(balance)))
+    return states, xlm
+
+
 def stuck_ages() -> dict[str, float | None]:
     """Seconds since the oldest stuck row of each kind began waiting, None when none:
     ``release`` open (not completed / manual_review) since its claim, ``payout``
@@ -146,6 +172,16 @@ class CorridorCollector:
                                "Owed rows with no owner past their threshold, by kind "
                                "(corridor/stranded.py), 0 once settled.", labels=["kind"]),
              "stranded"),
+            (GaugeMetricFamily("corridor_channels",
+                               "Channel accounts by state: in_flight (an envelope that may "
+                               "still land), free, retired.", labels=["state"]), "channels"),
+            (GaugeMetricFamily("corridor_channel_xlm",
+                               "XLM of each channel account (pays its fees), as Horizon "
+                               "last showed it.", labels=["address"]), "channel_xlm"),
+            (GaugeMetricFamily("corridor_channel_refusals",
+                               "Release claims refused so far because every channel had "
+                               "an envelope in flight (-1: Redis unreachable)."),
+             "refusals"),
             (GaugeMetricFamily("corridor_metrics_scrape_errors",
                                "1 when the database could not be read for this scrape."),
              "errors"),
@@ -160,6 +196,7 @@ class CorridorCollector:
             stuck = stuck_ages()
             awaiting = _scalar(_OLDEST_UNPAID_RECEIPT)
             strand = stranded.stranded_counts()
+            channel_states, channel_xlm = _channels()
         except Exception as exc:  # a scrape reports the failure instead of failing
             log.warning("metrics: database not readable: %s", type(exc).__name__)
             families["errors"].add_metric([], 1)
@@ -177,6 +214,14 @@ class CorridorCollector:
             families["stuck"].add_metric([kind], stuck[kind] or 0.0)
         for kind, count in strand.items():
             families["stranded"].add_metric([kind], count)
+        for state in ("in_flight", "free", "retired"):
+            families["channels"].add_metric([state], channel_states.get(state, 0))
+        for address, xlm in channel_xlm:
+            families["channel_xlm"].add_metric([address], xlm)
+        from anchor import stellar
+
+        refusals = stellar.channel_refusals()
+        families["refusals"].add_metric([], -1 if refusals is None else refusals)
         families["errors"].add_metric([], 0)
         yield from families.values()
 

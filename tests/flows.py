@@ -68,11 +68,11 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_manage(*args: str, crash_at: str | None = None,
-               timeout: float = 60) -> subprocess.CompletedProcess:
+def run_manage(*args: str, crash_at: str | None = None, timeout: float = 60,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run ``manage.py`` in a separate process (a worker), optionally SIGKILLing itself
-    at a named crash point."""
-    extra = {"CORRIDOR_CRASH_AT": crash_at} if crash_at else {}
+    at a named crash point; ``env``: more environment variables for it."""
+    extra = {**(env or {}), **({"CORRIDOR_CRASH_AT": crash_at} if crash_at else {})}
     return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT,
                           env=subprocess_env(**extra), capture_output=True, text=True,
                           timeout=timeout)

@@ -222,6 +222,28 @@ STELLAR_DISTRIBUTION_SECRET = env(
 # Channel accounts: the source of each release transaction (one in flight per
 # channel). Empty -> the distribution account is its own single channel.
 STELLAR_CHANNEL_SECRETS = env.list("STELLAR_CHANNEL_SECRETS", default=[])
+# Sandbox / development only (production refuses it, corridor/checks.py): channel seeds
+# derived as sha256("corridor-channel:" + secret + ":" + n) for n = 1..POOL_SIZE, so
+# ``manage.py channels create N`` and every process agree without storing a seed.
+STELLAR_CHANNEL_SEED_SECRET = env("STELLAR_CHANNEL_SEED_SECRET", default="")
+# How many channels the pool uses: 0 = every seed in STELLAR_CHANNEL_SECRETS (none: the
+# distribution account is its own single channel); N = the first N seeds.
+STELLAR_CHANNEL_POOL_SIZE = env.int("STELLAR_CHANNEL_POOL_SIZE", default=0)
+# XLM each new channel account receives from the distribution account (fees + reserve).
+STELLAR_CHANNEL_FUNDING_XLM = Decimal(env("STELLAR_CHANNEL_FUNDING_XLM", default="20"))
+# ``sync``: POST /transactions (blocks for a ledger); ``async``: POST
+# /transactions_async, then the release is followed by its stored hash
+# (RELEASE_FOLLOW_DELAY_S between looks) until it lands or is provably dead.
+STELLAR_SUBMIT_MODE = env("STELLAR_SUBMIT_MODE", default="sync")
+RELEASE_FOLLOW_DELAY_S = env.float("RELEASE_FOLLOW_DELAY_S", default=1.0)
+RELEASE_FOLLOW_MAX = env.int("RELEASE_FOLLOW_MAX", default=600)
+# The network's ledger close period (Stellar: ~5 s): the first look at a fresh async post
+# is timed RELEASE_FOLLOW_MARGIN_S after the next expected close (0: no timing).
+STELLAR_LEDGER_CLOSE_S = env.float("STELLAR_LEDGER_CLOSE_S", default=5.0)
+RELEASE_FOLLOW_MARGIN_S = env.float("RELEASE_FOLLOW_MARGIN_S", default=0.5)
+# A release refused a channel retries this far apart (0: RELEASE_RETRY_DELAY_S); in async
+# mode the next freed channel wakes the oldest waiter first.
+CHANNEL_WAIT_RETRY_S = env.float("CHANNEL_WAIT_RETRY_S", default=0.0)
 STELLAR_BASE_FEE = env.int("STELLAR_BASE_FEE", default=100)
 # One POST /transactions may wait this long (Horizon's own limit is 30 s).
 STELLAR_SUBMIT_TIMEOUT_S = env.float("STELLAR_SUBMIT_TIMEOUT_S", default=35.0)
@@ -466,7 +488,7 @@ SECRET_SETTINGS = (
             "Stellar channel account", 56, kind="seeds", required=False),
 )
 # Sandbox-only secrets (development.py); production never defines them.
-SANDBOX_ONLY_SECRET_SETTINGS = ("SANDBOX_AP_SEP10_JWT_SECRET",)
+SANDBOX_ONLY_SECRET_SETTINGS = ("SANDBOX_AP_SEP10_JWT_SECRET", "STELLAR_CHANNEL_SEED_SECRET")
 
 # --- Stored Stellar envelopes: one rule for every outbox (anchor/envelopes.py) ---
 # An envelope whose fate Horizon cannot prove (landed, alive or dead) this long after

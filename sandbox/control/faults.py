@@ -19,6 +19,7 @@ KNOWN: frozenset[str] = frozenset({
     # sandbox/horizon/service.py
     "horizon.submit_504_after_apply", "horizon.submit_drop", "horizon.lookup_404_once",
     "horizon.lookup_lag", "horizon.ingest_behind", "horizon.split_nodes",
+    "horizon.stale_history", "horizon.try_again_later",
     # sandbox/ap (service.py, observer.py, assets.py, rpc.py, events.py, views.py)
     "ap.rpc_32603_unindexed_hash", "ap.rpc_32603", "ap.rpc_slow", "ap.next_withdraw_memo",
     "ap.event_duplicate", "ap.event_reorder", "ap.event_lose", "ap.stale_status",

@@ -114,6 +114,17 @@ def transaction_failed(envelope_xdr: str, result_xdr: str) -> HttpResponse:
          "result_codes": core.result_codes(result_xdr)})
 
 
+def stale_history() -> HttpResponse:
+    """503 ``stale_history``: Horizon refuses while its history lags core (stellar/go
+    ``services/horizon/internal/render/problem``; a 503 since stellar/go #3653)."""
+    return problem(
+        "stale_history", "Historical DB Is Too Stale", 503,
+        "This horizon instance is configured to reject client requests when it can "
+        "determine that the history database is lagging too far behind the connected "
+        "instance of Stellar-Core or read replica. It's also possible that Stellar-Core "
+        "is out of sync. Please try again later.")
+
+
 def submission_timeout(tx_hash: str, envelope_xdr: str) -> HttpResponse:
     """504 ``transaction_submission_timeout`` with ``extras.hash`` and
     ``extras.envelope_xdr`` (Horizon >= 2.31, stellar/go PR #5328)."""

@@ -65,6 +65,18 @@ a new envelope that passed validation, i.e. one that would be queued; optional p
   it (django-polaris #640, stellar-horizon PR #222). ``times`` caps how many lookups it
   hides in all; optional param ``hash`` restricts it to that hash.
 
+- ``horizon.try_again_later``: core answers TRY_AGAIN_LATER (its queue is full) and
+  nothing is queued: ``/transactions`` waits and answers 504; ``/transactions_async``
+  answers 503 ``{"tx_status": "TRY_AGAIN_LATER"}``.
+- ``horizon.stale_history`` (no ``account`` param): every POST, sync or async, answers
+  503 ``stale_history`` before reading the envelope; nothing is queued.
+
+Both endpoints share every fault above. On ``/transactions_async`` (which never waits):
+``submit_drop`` answers 201 PENDING for an envelope core then forgets (the real "PENDING
+only means queued"); ``submit_504_after_apply`` queues it and answers 504 at once; the
+lag faults do not matter, since the endpoint does not consult history: an envelope
+already in a ledger answers 400 ERROR ``tx_bad_seq`` (core sees its sequence used).
+
 Lag faults (read by every GET, see ``node_view``; a Horizon node answers each request
 from its own ingested height: ``state`` endpoints, i.e. ``/accounts/{id}``, from its state
 height, history endpoints -- ``/transactions...``, ``/accounts/{id}/transactions|
@@ -137,6 +149,8 @@ FAULT_LOOKUP_404 = "horizon.lookup_404_once"
 FAULT_LOOKUP_LAG = "horizon.lookup_lag"
 FAULT_INGEST_BEHIND = "horizon.ingest_behind"
 FAULT_SPLIT_NODES = "horizon.split_nodes"
+FAULT_STALE_HISTORY = "horizon.stale_history"
+FAULT_TRY_AGAIN_LATER = "horizon.try_again_later"
 DEFAULT_LAG_LEDGERS = 3
 SDK_CLIENT_NAME = "py-stellar-base"
 
@@ -692,6 +706,8 @@ def submit(env: core.Envelope, *, with_faults: bool = True) -> Known | Refused |
         if problem is not None:
             return Refused(problem)
         if with_faults:
+            if _fault_for(FAULT_TRY_AGAIN_LATER, env) is not None:
+                return Pending(env.hash, now + _submission_timeout(), "try_again_later")
             dropped = _fault_for(FAULT_DROP, env)
             if dropped is not None:
                 wait = float(dropped.get("wait_s", _submission_timeout().total_seconds()))

@@ -30,6 +30,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from stellar_sdk import StrKey
 
+from sandbox.control import faults
 from sandbox.horizon import core, models, render, service
 
 log = logging.getLogger(__name__)
@@ -326,6 +327,8 @@ def _submit(request: HttpRequest) -> HttpResponse:
     ``transaction_submission_timeout``. Blocks until the transaction is in a ledger."""
     if not _form_body_ok(request):
         return render.unsupported_media_type()
+    if faults.take(service.FAULT_STALE_HISTORY) is not None:
+        return render.stale_history()
     raw = request.POST.get("tx", "")
     try:
         env = core.parse_envelope(raw, service.passphrase())
@@ -372,18 +375,25 @@ def _unseen_outcome(tx: models.Transaction, env: core.Envelope, node: service.No
 
 @horizon_view
 def transactions_async(request: HttpRequest) -> HttpResponse:
-    """POST /transactions_async: core's answer without waiting (201 PENDING, 409
-    DUPLICATE, 503 TRY_AGAIN_LATER, 400 ERROR with ``error_result_xdr``)."""
+    """POST /transactions_async (stellar-horizon ``actions/submit_transaction_async.go``):
+    core's answer without waiting (201 PENDING, 409 DUPLICATE, 503 TRY_AGAIN_LATER, 400
+    ERROR with ``error_result_xdr``), with every fault of the synchronous endpoint (see
+    ``service``): a dropped envelope still answers PENDING; 504-after-apply answers a 504
+    problem at once; stale history a 503 problem (not a ``tx_status`` body)."""
     if request.method != "POST":
         return render.not_found()
     if not _form_body_ok(request):
         return render.unsupported_media_type()
+    if faults.take(service.FAULT_STALE_HISTORY) is not None:
+        return render.stale_history()
     raw = request.POST.get("tx", "")
     try:
         env = core.parse_envelope(raw, service.passphrase())
     except core.MalformedEnvelope:
         return render.transaction_malformed(raw)
-    outcome = service.submit(env, with_faults=False)
+    outcome = service.submit(env)
+    if isinstance(outcome, service.Pending) and outcome.respond_504:
+        return render.submission_timeout(env.hash, env.raw)
     body: dict = {"hash": env.hash}
     if isinstance(outcome, service.Known):
         # Core sees an applied envelope's sequence as used.
