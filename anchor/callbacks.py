@@ -151,14 +151,14 @@ def ap_event_receive(*, event: dict) -> str:
         _checked(inbound.field_text, DepositRelease, "transaction_id", tx["id"],
                  "payload.transaction.id")
 
-    def apply() -> str:
-        if not wants_release:
-            return "ignored"
-        transaction.on_commit(lambda: tasks.deposit_release.delay(tx["id"]))
-        return "release_scheduled"
-
-    return inbox.record_and_apply(source=InboundEvent.Source.AP, event_id=event_id,
-                                  event_type=event_type, apply=apply)
+    # The outcome follows from the payload alone: one INSERT records the event and,
+    # on the same row, the release to start (the drain dispatches it, anchor/inbox.py).
+    if not wants_release:
+        return inbox.record(source=InboundEvent.Source.AP, event_id=event_id,
+                            event_type=event_type, outcome="ignored")
+    return inbox.record(source=InboundEvent.Source.AP, event_id=event_id,
+                        event_type=event_type, outcome="release_scheduled",
+                        follow_ups=[(tasks.deposit_release, tx["id"])])
 
 
 def sep24_customer_put(*, body: dict) -> Sep24Customer:

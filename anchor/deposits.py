@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
-from anchor import platform, submissions
+from anchor import inbox, platform, submissions
 from anchor import razorpay as rzp
 from anchor.models import DepositOrder, DepositPayment
 from common.crashpoints import crash_point
@@ -277,8 +277,7 @@ def payment_record(*, payment: dict) -> str:
                     transaction_id=order.transaction_id, amount_paise=amount,
                     currency=payment["currency"], method=payment.get("method") or "",
                     captured_at=captured_at)
-                transaction.on_commit(
-                    lambda: tasks.deposit_funds_received.delay(order.transaction_id))
+                inbox.follow_up(tasks.deposit_funds_received, order.transaction_id)
         except IntegrityError:
             return _record_conflict(payment["id"], order)
         return "recorded"

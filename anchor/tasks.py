@@ -7,7 +7,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from anchor import deposits, platform, reconciler, releases, stellar, submissions
+from anchor import deposits, inbox, platform, reconciler, releases, stellar, submissions
 
 log = logging.getLogger(__name__)
 RETRYABLE = (platform.PlatformError, stellar.HorizonUnavailable, stellar.NoChannelFree,
@@ -38,6 +38,13 @@ def deposit_release(self, transaction_id: str) -> None:
     except RETRYABLE as exc:
         raise self.retry(exc=exc, countdown=settings.RELEASE_RETRY_DELAY_S,
                          max_retries=20) from exc
+
+
+@shared_task
+def inbound_drain() -> int:
+    """Dispatch the follow-ups stored on inbound_events rows (anchor/inbox.py): woken
+    by the web after a delivery, and run by beat as the sweep for lost wake-ups."""
+    return inbox.drain()
 
 
 @shared_task

@@ -23,4 +23,6 @@ def periodic_tasks() -> list[tuple[str, str, float]]:
         ("withdrawal refund sweep", "payouts.tasks.sweep_refunds",
          settings.REFUND_SWEEP_PERIOD_S),
         ("resume due sagas", "sagas.tasks.resume_sagas", settings.SAGA_RESUME_PERIOD_S),
+        ("inbound follow-up sweep (lost wake-ups)", "anchor.tasks.inbound_drain",
+         settings.INBOUND_SWEEP_PERIOD_S),
     ]
