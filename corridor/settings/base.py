@@ -114,9 +114,10 @@ DATABASES = {
 # CONN_HEALTH_CHECKS pings a reused connection once per request first, so a server
 # restart costs one reconnect, not an error. 0 restores one connection per request.
 DB_CONN_MAX_AGE = env.int("DB_CONN_MAX_AGE", default=60)
+DB_CONN_HEALTH_CHECKS = env.bool("DB_CONN_HEALTH_CHECKS", default=True)
 for _db in DATABASES.values():
     _db.setdefault("CONN_MAX_AGE", DB_CONN_MAX_AGE)
-    _db.setdefault("CONN_HEALTH_CHECKS", True)
+    _db.setdefault("CONN_HEALTH_CHECKS", DB_CONN_HEALTH_CHECKS)
 # TEST_DB_SUFFIX lets several test runs share one PostgreSQL server side by side.
 _suffix = env("TEST_DB_SUFFIX", default="")
 DATABASES["default"]["TEST"] = {"NAME": "test_" + DATABASES["default"]["NAME"] + _suffix}
@@ -216,7 +217,7 @@ INBOUND_SWEEP_PERIOD_S = env.float("INBOUND_SWEEP_PERIOD_S", default=5.0)
 INBOUND_DRAIN_BATCH = env.int("INBOUND_DRAIN_BATCH", default=200)
 # A web process publishes at most one wake-up per this many seconds (the follow-ups
 # of every request meanwhile ride on it).
-INBOUND_WAKE_MIN_INTERVAL_S = env.float("INBOUND_WAKE_MIN_INTERVAL_S", default=0.05)
+INBOUND_WAKE_MIN_INTERVAL_S = env.float("INBOUND_WAKE_MIN_INTERVAL_S", default=0.1)
 # Test-only switch (never from the environment): False makes the drain read waiting
 # rows without claiming them (no FOR UPDATE SKIP LOCKED), which shows that the claim
 # is what keeps two concurrent drains from dispatching one follow-up twice.
