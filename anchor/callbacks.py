@@ -24,7 +24,13 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from anchor import deposits, inbox
-from anchor.models import DepositPayment, DepositRelease, InboundEvent, Sep24Customer
+from anchor.models import (
+    DepositOrder,
+    DepositPayment,
+    DepositRelease,
+    InboundEvent,
+    Sep24Customer,
+)
 from corridor import inbound
 
 log = logging.getLogger(__name__)
@@ -151,14 +157,14 @@ def ap_event_receive(*, event: dict) -> str:
         _checked(inbound.field_text, DepositRelease, "transaction_id", tx["id"],
                  "payload.transaction.id")
 
-    def apply() -> str:
-        if not wants_release:
-            return "ignored"
-        transaction.on_commit(lambda: tasks.deposit_release.delay(tx["id"]))
-        return "release_scheduled"
-
-    return inbox.record_and_apply(source=InboundEvent.Source.AP, event_id=event_id,
-                                  event_type=event_type, apply=apply)
+    # The outcome follows from the payload alone: one INSERT records the event and,
+    # on the same row, the release to start (the drain dispatches it, anchor/inbox.py).
+    if not wants_release:
+        return inbox.record(source=InboundEvent.Source.AP, event_id=event_id,
+                            event_type=event_type, outcome="ignored")
+    return inbox.record(source=InboundEvent.Source.AP, event_id=event_id,
+                        event_type=event_type, outcome="release_scheduled",
+                        follow_ups=[(tasks.deposit_release, tx["id"])])
 
 
 def sep24_customer_put(*, body: dict) -> Sep24Customer:
@@ -176,13 +182,15 @@ def sep24_customer_put(*, body: dict) -> Sep24Customer:
     return customer
 
 
-def razorpay_payment_webhook(*, event_id: str, event: dict) -> str:
+def razorpay_payment_webhook(*, event_id: str, event: dict,
+                             order: DepositOrder | None = None) -> str:
     """A verified pay-in webhook: ``payment.captured`` / ``order.paid`` carry the
     payment entity; both for one payment are one effect (per-payment uniqueness in
     ``payment_record``). The event id is recorded in the same transaction as its
     effect (``inbox.record_and_apply``), so a delivery that fails half-way is not
-    mistaken for a duplicate when Razorpay retries it. Returns the outcome; raises
-    MalformedEvent."""
+    mistaken for a duplicate when Razorpay retries it. ``order``: the payment's
+    ``DepositOrder`` when the caller already read it (``payment_record``). Returns the
+    outcome; raises MalformedEvent."""
     event_id = _event_id(event_id, "X-Razorpay-Event-Id")
     name = _event_type(event.get("event"), "event")
     payload = _obj(event.get("payload"), "payload")
@@ -193,7 +201,8 @@ def razorpay_payment_webhook(*, event_id: str, event: dict) -> str:
         check_payment(payment)
     return inbox.record_and_apply(
         source=InboundEvent.Source.RAZORPAY, event_id=event_id, event_type=name,
-        apply=lambda: deposits.payment_record(payment=payment) if wanted else "ignored")
+        apply=lambda: deposits.payment_record(payment=payment, order=order)
+        if wanted else "ignored")
 
 
 def check_payment(payment: dict) -> None:

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
-from anchor import platform, submissions
+from anchor import inbox, platform, submissions
 from anchor import razorpay as rzp
 from anchor.models import DepositOrder, DepositPayment
 from common.crashpoints import crash_point
@@ -237,7 +237,7 @@ def deposit_resume(transaction_id: str) -> str:
 submissions.register_resumer("deposit", deposit_resume)
 
 
-def payment_record(*, payment: dict) -> str:
+def payment_record(*, payment: dict, order: DepositOrder | None = None) -> str:
     """Store a Razorpay payment entity as it was told (by a verified webhook or the
     order reconciler). Only a claim of a ``captured`` payment on one of our orders,
     with the order's exact paise and currency, is stored; one live row per payment id
@@ -249,9 +249,12 @@ def payment_record(*, payment: dict) -> str:
     amount_mismatch | currency_mismatch | second_payment | awaiting_other_confirmation
     | payment_of_another_order. Enqueues the confirmation, the AP notify and the
     release after commit (``tasks.deposit_funds_received``). May run inside the
-    caller's transaction (the webhook's dedupe row); makes no outbound call."""
+    caller's transaction (the webhook's dedupe row); makes no outbound call.
+    ``order``: the ``DepositOrder`` of ``payment["order_id"]`` if the caller read it
+    already (its amount and currency never change), else it is read here."""
     order_id = payment.get("order_id") or ""
-    order = DepositOrder.objects.filter(order_id=order_id).first()
+    if order is None or order.order_id != order_id:
+        order = DepositOrder.objects.filter(order_id=order_id).first()
     if order is None:
         return "unknown_order"
     with bound_contextvars(transaction_id=order.transaction_id):
@@ -277,8 +280,7 @@ def payment_record(*, payment: dict) -> str:
                     transaction_id=order.transaction_id, amount_paise=amount,
                     currency=payment["currency"], method=payment.get("method") or "",
                     captured_at=captured_at)
-                transaction.on_commit(
-                    lambda: tasks.deposit_funds_received.delay(order.transaction_id))
+                inbox.follow_up(tasks.deposit_funds_received, order.transaction_id)
         except IntegrityError:
             return _record_conflict(payment["id"], order)
         return "recorded"

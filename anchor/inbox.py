@@ -1,6 +1,7 @@
 """One dedupe-and-apply service for at-least-once deliveries (issue 10 §5): the
 Razorpay payment webhooks (anchor/callbacks.py), the RazorpayX payout webhooks
-(payouts/webhooks.py) and AP's events all go through :func:`record_and_apply`.
+(payouts/webhooks.py) and AP's events all go through :func:`record_and_apply` (or
+:func:`record`, when the outcome is known without reading the database).
 
 The dedupe row (``inbound_events``, unique on source + event id, DESIGN.md §3) and the
 event's effect commit in ONE transaction: a crash or an exception between the two
@@ -8,19 +9,94 @@ rolls both back, so the sender's redelivery is applied (never taken for a
 duplicate), and a replay finds the row and applies nothing. A concurrent duplicate
 blocks on the unique index until the first delivery commits (then it is a
 duplicate) or rolls back (then it applies). ``apply`` therefore runs with that row
-locked: it may make bounded outbound calls (every client has a timeout), and defers
-anything that must follow the commit to ``transaction.on_commit``.
+locked: it may make bounded outbound calls (every client has a timeout).
+
+**The row is the queue** (issue 11 §3). What the effect hands to a worker (release a
+deposit, confirm a payment) is asked for with :func:`follow_up`, which stores the task
+on the delivery's own row (``follow_ups``) in the same transaction, instead of a
+Celery publish on the request's path. After the commit the request only sets a flag:
+a per-process thread (:func:`wake`) publishes one ``anchor.tasks.inbound_drain``
+wake-up at most every ``INBOUND_WAKE_MIN_INTERVAL_S``, on Celery's pooled broker
+connection. The drain (:func:`drain`) claims waiting rows with ``FOR UPDATE SKIP
+LOCKED``, publishes their follow-ups and marks them ``processed_at`` in one
+transaction, so each row's follow-ups go out once however many drains run. The beat
+runs the drain every ``INBOUND_SWEEP_PERIOD_S`` too: a lost wake-up (process killed
+after the 2xx, broker down) delays a follow-up by one period, never loses it.
+A crash between the publish and the drain's commit publishes again: every follow-up
+task is idempotent (release claim, payment confirmation), as Celery tasks must be.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import threading
+import time
 from collections.abc import Callable
+from contextvars import ContextVar
 
-from django.db import IntegrityError, transaction
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
 
 from anchor.models import InboundEvent
 
+log = logging.getLogger(__name__)
+
 DUPLICATE = "duplicate"
+
+# The follow-ups of the delivery being applied (None outside record_and_apply).
+_follow_ups: ContextVar[list | None] = ContextVar("inbound_follow_ups", default=None)
+
+
+def follow_up(task, *args) -> None:
+    """Ask for ``task(*args)`` once the current transaction commits. Inside
+    :func:`record_and_apply` the task is stored on the delivery's row and dispatched
+    by the drain; anywhere else it is published after commit
+    (``transaction.on_commit``), as before. ``task``: a Celery task; ``args``:
+    JSON-serialisable (ids). Call it after the writes it follows, in the same
+    (sub)transaction: a follow-up stored before a savepoint that then rolls back
+    stays asked for (the task must, and does, check the rows it acts on)."""
+    pending = _follow_ups.get()
+    if pending is None:
+        transaction.on_commit(lambda: task.delay(*args))
+    else:
+        pending.append([task.name, list(args)])
+
+
+_INSERT = (
+    "INSERT INTO inbound_events (source, event_id, event_type, received_at, outcome, "
+    "reason, follow_ups) VALUES (%s, %s, %s, %s, %s, '', %s::jsonb) "
+    "ON CONFLICT (source, event_id) DO NOTHING RETURNING id")
+
+
+def _insert(*, source: str, event_id: str, event_type: str, outcome: str,
+            follow_ups: list | None) -> int | None:
+    """One INSERT, no savepoint: the id, or None when (source, event_id) is already
+    recorded (committed; an in-flight one is waited for by PostgreSQL)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT, [source, event_id, event_type, timezone.now(),
+                                 str(outcome)[:200],
+                                 json.dumps(follow_ups) if follow_ups else None])
+        found = cursor.fetchone()
+    return found[0] if found else None
+
+
+def record(*, source: str, event_id: str, event_type: str, outcome: str,
+           follow_ups: list[tuple] = ()) -> str:
+    """Record delivery ``(source, event_id)`` whose outcome does not depend on the
+    database (an AP event: ``release_scheduled`` or ``ignored``), with its follow-ups
+    (``(task, *args)`` tuples), in ONE statement (``INSERT ... ON CONFLICT DO
+    NOTHING``): in autocommit it is durable when this returns. Returns ``outcome``, or
+    ``"duplicate"`` (and stores nothing) when the delivery was recorded before."""
+    stored = [[task.name, list(args)] for task, *args in follow_ups]
+    if _insert(source=source, event_id=event_id, event_type=event_type, outcome=outcome,
+               follow_ups=stored) is None:
+        return DUPLICATE
+    if stored:
+        transaction.on_commit(wake)
+    return outcome
 
 
 def record_and_apply(*, source: str, event_id: str, event_type: str,
@@ -30,17 +106,108 @@ def record_and_apply(*, source: str, event_id: str, event_type: str,
     ``source``: an ``InboundEvent.Source`` value (ap, razorpay, razorpayx);
     ``event_id``, ``event_type``: already checked to fit their columns
     (``callbacks.event_id_checked``). ``apply`` returns the outcome (text, kept in
-    ``inbound_events.outcome``, cut to 200 characters). Returns ``"duplicate"``
-    without calling ``apply`` when the delivery was recorded before, else the outcome.
-    Whatever ``apply`` raises propagates and leaves no row. Call it outside any open
-    transaction: inside one, a rollback of the caller would also drop the row."""
-    with transaction.atomic():
-        try:
-            with transaction.atomic():
-                row = InboundEvent.objects.create(source=source, event_id=event_id,
-                                                  event_type=event_type, outcome="received")
-        except IntegrityError:
-            return DUPLICATE
-        outcome = apply()
-        InboundEvent.objects.filter(pk=row.pk).update(outcome=str(outcome)[:200])
+    ``inbound_events.outcome``, cut to 200 characters) and asks for work after the
+    commit with :func:`follow_up`. Returns ``"duplicate"`` without calling ``apply``
+    when the delivery was recorded before, else the outcome. Whatever ``apply`` raises
+    propagates and leaves no row. Call it outside any open transaction: inside one, a
+    rollback of the caller would also drop the row."""
+    pending: list = []
+    token = _follow_ups.set(pending)
+    try:
+        with transaction.atomic():
+            pk = _insert(source=source, event_id=event_id, event_type=event_type,
+                         outcome="received", follow_ups=None)
+            if pk is None:
+                return DUPLICATE
+            outcome = apply()
+            InboundEvent.objects.filter(pk=pk).update(outcome=str(outcome)[:200],
+                                                      follow_ups=pending or None)
+            if pending:
+                transaction.on_commit(wake)
+    finally:
+        _follow_ups.reset(token)
     return outcome
+
+
+def _dispatch(name: str, args: list) -> None:
+    """Publish one stored follow-up (Celery's routes apply, by task name)."""
+    from celery import current_app
+
+    current_app.send_task(name, args=args)
+
+
+def waiting_events():
+    """The rows whose follow-ups wait for a drain, oldest first (through
+    ``inbound_events_waiting_idx``; the periodic registry checks its plan)."""
+    return InboundEvent.objects.filter(follow_ups__isnull=False,
+                                       processed_at__isnull=True).order_by("id")
+
+
+def drain(*, batch: int | None = None) -> int:
+    """Dispatch every waiting follow-up once: claim up to ``batch`` (default
+    ``INBOUND_DRAIN_BATCH``) rows with follow-ups and no ``processed_at`` (``FOR
+    UPDATE SKIP LOCKED``, oldest first, through the partial index), publish their
+    tasks, mark them processed, commit; repeat until none waits. Rows another drain
+    holds are skipped, not waited for. Returns the number of rows dispatched. A
+    publish that raises (broker down) rolls the batch back: it waits for the next
+    drain."""
+    batch = batch or settings.INBOUND_DRAIN_BATCH
+    done = 0
+    while True:
+        with transaction.atomic():
+            waiting = waiting_events()
+            if settings.INBOUND_DRAIN_CLAIM:
+                waiting = waiting.select_for_update(skip_locked=True)
+            rows = list(waiting.values_list("id", "follow_ups")[:batch])
+            for _pk, follow_ups in rows:
+                for name, args in follow_ups:
+                    _dispatch(name, args)
+            if rows:
+                InboundEvent.objects.filter(pk__in=[pk for pk, _ in rows]).update(
+                    processed_at=timezone.now())
+        done += len(rows)
+        if len(rows) < batch:
+            return done
+
+
+class _Waker:
+    """The per-process publisher of drain wake-ups (a daemon thread, started on first
+    use in each process, so a forked gunicorn worker gets its own). ``wake()`` only
+    sets a flag; the thread publishes at most one wake-up per
+    ``INBOUND_WAKE_MIN_INTERVAL_S`` however many requests set it meanwhile."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pid = None
+        self._flag = threading.Event()
+
+    def wake(self) -> None:
+        if self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    self._flag = threading.Event()
+                    threading.Thread(target=self._run, args=(self._flag,),
+                                     name="inbound-wake", daemon=True).start()
+                    self._pid = os.getpid()
+        self._flag.set()
+
+    @staticmethod
+    def _run(flag: threading.Event) -> None:
+        from anchor import tasks
+
+        while True:
+            flag.wait()
+            flag.clear()
+            try:
+                tasks.inbound_drain.apply_async(ignore_result=True)
+            except Exception as exc:  # the beat sweep drains anyway
+                log.warning("inbound drain wake-up not published: %s", exc)
+            time.sleep(settings.INBOUND_WAKE_MIN_INTERVAL_S)
+
+
+_waker = _Waker()
+
+
+def wake() -> None:
+    """Ask a worker to drain soon; returns at once (no I/O on the caller's thread)."""
+    _waker.wake()

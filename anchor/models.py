@@ -226,6 +226,12 @@ class InboundEvent(models.Model):
     received_at = models.DateTimeField(auto_now_add=True)
     outcome = models.CharField(max_length=200, blank=True, default="")
     reason = models.TextField(blank=True, default="")
+    # The row is the queue (anchor/inbox.py): the follow-up tasks the delivery's
+    # effect asked for, as [[task name, [args...]], ...], written in the same
+    # transaction as the effect; NULL when there are none. processed_at: when a drain
+    # dispatched them (NULL while they wait).
+    follow_ups = models.JSONField(null=True, blank=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "inbound_events"
@@ -236,6 +242,9 @@ class InboundEvent(models.Model):
             # The review queue reads the rejected few, not the whole dedupe table.
             models.Index(fields=["received_at"], name="inbound_events_rejected_idx",
                          condition=Q(outcome="rejected")),
+            # The drain reads the waiting few, not the whole dedupe table.
+            models.Index(fields=["id"], name="inbound_events_waiting_idx",
+                         condition=Q(follow_ups__isnull=False, processed_at__isnull=True)),
         ]
 
 

@@ -7,7 +7,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from anchor import deposits, platform, reconciler, releases, stellar, submissions
+from anchor import deposits, inbox, platform, reconciler, releases, stellar, submissions
 
 log = logging.getLogger(__name__)
 RETRYABLE = (platform.PlatformError, stellar.HorizonUnavailable, stellar.NoChannelFree,
@@ -59,6 +59,13 @@ def release_follow(release_id: int, follows: int = 1) -> str:
     release = releases.release_drive(release_id=release_id, redrive=True)
     releases.follow_later(release, follows=follows)
     return release.status
+
+
+@shared_task
+def inbound_drain() -> int:
+    """Dispatch the follow-ups stored on inbound_events rows (anchor/inbox.py): woken
+    by the web after a delivery, and run by beat as the sweep for lost wake-ups."""
+    return inbox.drain()
 
 
 @shared_task

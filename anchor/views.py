@@ -502,11 +502,15 @@ def razorpay_payments_webhook(request):
         order_id = _dig(event, "payload", "payment", "entity").get("order_id")
         if isinstance(order_id, str) and order_id and len(order_id) <= inbound.max_length(
                 DepositOrder, "order_id"):
-            order = DepositOrder.objects.filter(order_id=order_id).only("transaction_id").first()
+            # Read once: the log context here, and payment_record's checks below.
+            order = DepositOrder.objects.filter(order_id=order_id).first()
             if order is not None:
                 bind_contextvars(transaction_id=order.transaction_id)
+        else:
+            order = None
         bind_contextvars(razorpay_event_id=inbound.sanitize(event_id, 100))
-        outcome = callbacks.razorpay_payment_webhook(event_id=event_id, event=event)
+        outcome = callbacks.razorpay_payment_webhook(event_id=event_id, event=event,
+                                                     order=order)
     except (callbacks.MalformedEvent, DataError) as exc:
         if isinstance(exc, DataError):  # a column the checks missed: still never storable
             log.exception("signed payment webhook could not be stored")

@@ -124,7 +124,7 @@ def plan_nodes(plan: dict):
 
 def registry() -> dict[str, PeriodicQuery]:
     """name -> PeriodicQuery, for every periodic query Corridor runs."""
-    from anchor import reconciler, submissions
+    from anchor import inbox, reconciler, submissions
     from corridor import stranded
     from ledger import services as ledger
     from payouts import poller, receipts, refunds
@@ -176,6 +176,8 @@ def registry() -> dict[str, PeriodicQuery]:
           refunds.stuck_refunds, runs_in="payouts.tasks.sweep_refunds"),
         q("saga_resume", SWEEP, "sagas", ("sagas_due_idx",), engine.due_sql,
           runs_in="sagas.tasks.resume_sagas"),
+        q("inbound_drain", SWEEP, "inbound_events", ("inbound_events_waiting_idx",),
+          inbox.waiting_events, runs_in="anchor.tasks.inbound_drain"),
         # A queue: folded deltas are deleted, so it never holds finished rows.
         q("ledger.rollup", SWEEP, "ledger_balance_deltas", ("ledger_balance_deltas_pkey",),
           ledger.rollup_claim_sql, runs_in="ledger.tasks.rollup_balances"),

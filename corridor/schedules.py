@@ -25,4 +25,6 @@ def periodic_tasks() -> list[tuple[str, str, float]]:
         ("resume due sagas", "sagas.tasks.resume_sagas", settings.SAGA_RESUME_PERIOD_S),
         ("ledger rollup of hot-account deltas", "ledger.tasks.rollup_balances",
          settings.LEDGER_ROLLUP_PERIOD_S),
+        ("inbound follow-up sweep (lost wake-ups)", "anchor.tasks.inbound_drain",
+         settings.INBOUND_SWEEP_PERIOD_S),
     ]

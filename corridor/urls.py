@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
@@ -12,5 +13,8 @@ urlpatterns = [
     path("", include("payouts.urls", namespace="payouts")),
     path("api/", include("sagas.urls")),
 ]
+
+if settings.CORRIDOR_BENCH_NOOP:
+    urlpatterns.append(path("bench/noop", views.bench_noop))
 
 handler404 = "corridor.views.not_found"

@@ -21,6 +21,7 @@
 import logging
 
 from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 
 from corridor import metrics, readiness, stranded
 
@@ -49,6 +50,14 @@ def health_ready(request):
 
 # Prefixes whose callers are programs: their 404 is JSON.
 _API_PREFIXES = ("/api/", "/callbacks/", "/webhooks/")
+
+
+@csrf_exempt
+def bench_noop(request):
+    """``/bench/noop``: the ingest bench's baseline (bench/ingest.py), a view that does
+    nothing through the same middleware and gunicorn. Routed only when
+    ``CORRIDOR_BENCH_NOOP`` is set (never in production, corridor/urls.py)."""
+    return JsonResponse({"outcome": "noop"})
 
 
 def not_found(request, exception=None):

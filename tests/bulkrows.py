@@ -7,15 +7,16 @@ rows) and bench/periodic.py (1K and 1M rows); never by production code.
 Terminal means what a healthy system leaves behind and no sweep should ever read:
 releases ``completed``, payments confirmed + notified + released, orders ``paid``,
 submissions ``done``, requests ``funds_verified``, payouts ``completed`` with AP told,
-refunds ``completed``, receipts settled, sagas ``completed``. ``open_rows`` adds that
-many rows in each open state a sweep does read (the same count at every table size).
+refunds ``completed``, receipts settled, sagas ``completed``, inbound events dispatched.
+``open_rows`` adds that many rows in each open state a sweep does read (the same count at
+every table size).
 """
 
 from __future__ import annotations
 
 TABLES = ("deposit_releases", "deposit_payments", "deposit_orders", "interactive_submissions",
           "withdrawal_requests", "withdrawal_payouts", "withdrawal_refunds", "stellar_receipts",
-          "sagas")
+          "sagas", "inbound_events")
 
 # %(n)s rows numbered i = 1..n; %(tag)s keeps keys unique across loads; %(ts)s the age
 # of the rows (terminal rows: long finished; open rows: stuck past every sweep's cutoff).
@@ -72,6 +73,10 @@ _TERMINAL = [
         stellar_cursor, error, created_at, updated_at)
     SELECT 'remittance', 'sg-' || %(tag)s || '-' || i, 'completed', '{{}}'::jsonb, '', 1, 0,
         '', '', {_TS}, {_TS} {_ROWS}""",
+    f"""INSERT INTO inbound_events (source, event_id, event_type, received_at, outcome,
+        reason, follow_ups, processed_at)
+    SELECT 'ap', 'ev-' || %(tag)s || '-' || i, 'transaction_status_changed', {_TS},
+        'recorded', '', '[["anchor.tasks.noop", []]]'::jsonb, {_TS} {_ROWS}""",
 ]
 
 # The open rows each sweep reads: stuck, due or unsettled, older than any cutoff.
@@ -128,6 +133,10 @@ _OPEN = [
         wake_at, stellar_cursor, error, created_at, updated_at)
     SELECT 'remittance', 'sgo-' || %(tag)s || '-' || i, 'running', '{{}}'::jsonb, '', 1, 0,
         {_TS}, '', '', {_TS}, {_TS} {_ROWS}""",
+    f"""INSERT INTO inbound_events (source, event_id, event_type, received_at, outcome,
+        reason, follow_ups)
+    SELECT 'ap', 'evo-' || %(tag)s || '-' || i, 'transaction_status_changed', {_TS},
+        'recorded', '', '[["anchor.tasks.noop", []]]'::jsonb {_ROWS}""",
 ]
 
 

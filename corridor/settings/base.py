@@ -108,8 +108,16 @@ TEMPLATES = [
 DATABASES = {
     "default": env.db("DATABASE_URL", default=f"{_DEV_PG}/corridor"),
 }
+# Persistent connections (issue 11 §3): a request reuses its thread's connection for
+# DB_CONN_MAX_AGE seconds instead of opening one per request (gunicorn's gthread
+# workers keep one per thread; Celery's Django fixup closes stale ones around tasks).
+# CONN_HEALTH_CHECKS pings a reused connection once per request first, so a server
+# restart costs one reconnect, not an error. 0 restores one connection per request.
+DB_CONN_MAX_AGE = env.int("DB_CONN_MAX_AGE", default=60)
+DB_CONN_HEALTH_CHECKS = env.bool("DB_CONN_HEALTH_CHECKS", default=True)
 for _db in DATABASES.values():
-    _db.setdefault("CONN_MAX_AGE", 0)
+    _db.setdefault("CONN_MAX_AGE", DB_CONN_MAX_AGE)
+    _db.setdefault("CONN_HEALTH_CHECKS", DB_CONN_HEALTH_CHECKS)
 # TEST_DB_SUFFIX lets several test runs share one PostgreSQL server side by side.
 _suffix = env("TEST_DB_SUFFIX", default="")
 DATABASES["default"]["TEST"] = {"NAME": "test_" + DATABASES["default"]["NAME"] + _suffix}
@@ -196,6 +204,27 @@ CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
+# Standard Celery routing, from the environment (JSON); empty in production. The
+# ingest bench routes the follow-up tasks to a queue nobody consumes, to count them.
+CELERY_TASK_ROUTES = env.json("CELERY_TASK_ROUTES", default={})
+
+# --- Inbound events: the stored row is the queue (anchor/inbox.py, issue 11 §3) ---
+# A delivery's follow-up tasks are stored on its inbound_events row in the request's
+# own INSERT/UPDATE; a worker's drain dispatches them, woken by a publish made off the
+# request's path, and the beat sweep drains every INBOUND_SWEEP_PERIOD_S in case a
+# wake-up was lost. INBOUND_DRAIN_BATCH rows are claimed per transaction.
+INBOUND_SWEEP_PERIOD_S = env.float("INBOUND_SWEEP_PERIOD_S", default=5.0)
+INBOUND_DRAIN_BATCH = env.int("INBOUND_DRAIN_BATCH", default=200)
+# A web process publishes at most one wake-up per this many seconds (the follow-ups
+# of every request meanwhile ride on it).
+INBOUND_WAKE_MIN_INTERVAL_S = env.float("INBOUND_WAKE_MIN_INTERVAL_S", default=0.1)
+# Test-only switch (never from the environment): False makes the drain read waiting
+# rows without claiming them (no FOR UPDATE SKIP LOCKED), which shows that the claim
+# is what keeps two concurrent drains from dispatching one follow-up twice.
+INBOUND_DRAIN_CLAIM = True
+# Bench/test-only: a trivial view at /bench/noop, the ingest bench's baseline on the
+# same gunicorn configuration. Never set in production (corridor/urls.py).
+CORRIDOR_BENCH_NOOP = env.bool("CORRIDOR_BENCH_NOOP", default=False)
 
 # --- External systems (the sandbox by default; real services by configuration) ---
 # Ports from one place (corridor/ports.py): PORT and SANDBOX_PORT; every local URL

@@ -10,6 +10,8 @@ from .base import *  # noqa: F403
 from .base import SECRET_SETTINGS, STORAGES, env
 
 CORRIDOR_ENV = "production"
+# The ingest bench's trivial view never exists in production (base.py).
+CORRIDOR_BENCH_NOOP = False
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 # No default: an empty list is refused by the deploy check, "*" too.
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=[])

@@ -1,0 +1,171 @@
+"""The stored event row is the queue (anchor/inbox.py, issue 11 §3): a delivery is
+durable before its 2xx, and its follow-up is dispatched exactly once, by the wake-up's
+drain or, when the wake-up is lost, by the beat sweep (the same task)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+
+import jwt
+import pytest
+from django.db import connection
+
+from anchor import inbox, tasks
+from anchor.models import DepositOrder, InboundEvent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _ap_post(client, settings, event_id="evt-q1", tx_id="tx-q1"):
+    token = jwt.encode({"exp": int(time.time()) + 30}, settings.AP_CALLBACK_AUTH_SECRET,
+                       algorithm="HS256")
+    event = {"id": event_id, "type": "transaction_status_changed",
+             "timestamp": "2026-12-02T00:00:00Z",
+             "payload": {"transaction": {"id": tx_id, "kind": "deposit",
+                                         "status": "pending_anchor"}}}
+    return client.post("/callbacks/event", event, content_type="application/json",
+                       HTTP_AUTHORIZATION=f"Bearer {token}")
+
+
+def _payment_post(client, settings, event_id="evt-qp1"):
+    body = json.dumps({"event": "payment.captured", "payload": {"payment": {"entity": {
+        "id": "pay_q1", "order_id": "order_q1", "amount": 100000, "currency": "INR",
+        "status": "captured", "method": "upi", "created_at": 1764633600}}}}).encode()
+    signature = hmac.new(settings.RAZORPAY_WEBHOOK_SECRET.encode(), body,
+                         hashlib.sha256).hexdigest()
+    return client.post("/webhooks/razorpay/payments", body, content_type="application/json",
+                       HTTP_X_RAZORPAY_SIGNATURE=signature, HTTP_X_RAZORPAY_EVENT_ID=event_id)
+
+
+@pytest.fixture
+def lost_wakeups(monkeypatch):
+    """Every wake-up is lost (the web died after its 2xx, or the broker refused the
+    publish); the follow-ups the drains dispatch are collected instead of published."""
+    dispatched: list[tuple[str, list]] = []
+    monkeypatch.setattr(inbox, "wake", lambda: None)
+    monkeypatch.setattr(inbox, "_dispatch", lambda name, args: dispatched.append((name, args)))
+    return dispatched
+
+
+def test_an_event_whose_wake_up_is_lost_is_dispatched_once_by_the_sweep(
+        client, settings, lost_wakeups):
+    response = _ap_post(client, settings)
+
+    assert response.json() == {"outcome": "release_scheduled"}
+    row = InboundEvent.objects.get(source="ap", event_id="evt-q1")
+    assert (row.follow_ups, row.processed_at) == ([["anchor.tasks.deposit_release",
+                                                    ["tx-q1"]]], None)
+    assert lost_wakeups == []  # stored, never published
+
+    assert tasks.inbound_drain() == 1  # the beat sweep's task
+    assert tasks.inbound_drain() == 0
+
+    assert lost_wakeups == [("anchor.tasks.deposit_release", ["tx-q1"])]
+    row.refresh_from_db()
+    assert row.processed_at is not None
+
+
+def test_a_replayed_event_is_acted_on_once(client, settings, lost_wakeups):
+    first = _ap_post(client, settings)
+    tasks.inbound_drain()
+    again = _ap_post(client, settings)
+    tasks.inbound_drain()
+
+    assert (first.json()["outcome"], again.json()["outcome"]) == ("release_scheduled",
+                                                                  "duplicate")
+    assert lost_wakeups == [("anchor.tasks.deposit_release", ["tx-q1"])]
+    assert InboundEvent.objects.filter(source="ap").count() == 1
+
+
+def test_a_recorded_payment_webhook_hands_its_confirmation_to_the_drain_once(
+        client, settings, lost_wakeups):
+    DepositOrder.objects.create(transaction_id="tx-qp1", order_id="order_q1",
+                                amount_in="1000.00", amount_in_paise=100000, fee="20.00",
+                                amount_out="11.5294118", rate="85.0000")
+
+    first = _payment_post(client, settings)
+    replay = _payment_post(client, settings)
+    assert tasks.inbound_drain() == 1
+    tasks.inbound_drain()
+
+    assert (first.json()["outcome"], replay.json()["outcome"]) == ("recorded", "duplicate")
+    assert lost_wakeups == [("anchor.tasks.deposit_funds_received", ["tx-qp1"])]
+
+
+def test_a_drain_whose_publish_fails_leaves_the_follow_up_waiting(client, settings,
+                                                                  monkeypatch):
+    monkeypatch.setattr(inbox, "wake", lambda: None)
+    _ap_post(client, settings)
+
+    def broker_down(name, args):
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(inbox, "_dispatch", broker_down)
+    with pytest.raises(ConnectionError):
+        inbox.drain()
+
+    assert InboundEvent.objects.get(event_id="evt-q1").processed_at is None
+
+
+@pytest.mark.parametrize("claim", [True, False])
+def test_two_concurrent_drains_dispatch_a_follow_up_once(client, settings, monkeypatch,
+                                                         claim):
+    """Drain A holds the row mid-dispatch while drain B runs. With the claim (FOR UPDATE
+    SKIP LOCKED) B skips it; without (INBOUND_DRAIN_CLAIM=False) B dispatches it too."""
+    settings.INBOUND_DRAIN_CLAIM = claim
+    monkeypatch.setattr(inbox, "wake", lambda: None)
+    _ap_post(client, settings)
+    dispatched: list[str] = []
+    a_inside, b_done = threading.Event(), threading.Event()
+
+    def dispatch(name, args):
+        dispatched.append(threading.current_thread().name)
+        if threading.current_thread().name == "drain-a":
+            a_inside.set()
+            b_done.wait(timeout=5)
+
+    monkeypatch.setattr(inbox, "_dispatch", dispatch)
+    results: dict[str, int] = {}
+
+    def run(name):
+        try:
+            if name == "drain-b":
+                a_inside.wait(timeout=5)
+            results[name] = inbox.drain()
+        finally:
+            if name == "drain-b":
+                b_done.set()
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(n,), name=n) for n in ("drain-a", "drain-b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+
+    if claim:
+        assert (dispatched, results) == (["drain-a"], {"drain-a": 1, "drain-b": 0})
+    else:  # the protection off: the same follow-up goes out twice
+        assert sorted(dispatched) == ["drain-a", "drain-b"]
+
+
+def test_a_delivery_wakes_a_drain_on_the_broker(client, settings):
+    from corridor.celery import app
+
+    with app.connection_for_write() as conn:
+        conn.default_channel.queue_purge("celery")
+        _ap_post(client, settings)
+        deadline = time.monotonic() + 3
+        names = []
+        while time.monotonic() < deadline and "anchor.tasks.inbound_drain" not in names:
+            time.sleep(0.05)
+            client_redis = conn.default_channel.client
+            names = [json.loads(m)["headers"]["task"] for m in client_redis.lrange("celery", 0, -1)]
+        conn.default_channel.queue_purge("celery")
+
+    assert "anchor.tasks.inbound_drain" in names
+    assert InboundEvent.objects.get(event_id="evt-q1").processed_at is None  # no worker here
