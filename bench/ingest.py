@@ -47,6 +47,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -54,9 +55,6 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-
-from bench.common import recreate, spread, with_name
-from corridor.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT.parent / "shared" / "reference"
@@ -97,6 +95,27 @@ function request()
 end
 """
 
+
+def _with_name(url: str, name: str) -> str:
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+def _recreate(url: str, *, drop_only: bool = False) -> None:
+    import psycopg
+
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    name = info.pop("dbname")
+    info["dbname"] = "postgres"
+    with psycopg.connect(**info, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if not drop_only:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _need_wrk() -> str:
@@ -246,6 +265,11 @@ def _wrk(wrk: str, port: int, path: str, script: Path, req_file: Path, seconds: 
     return rps, requests, int(bad.group(1)) if bad else 0
 
 
+def _fmt(values: list[float], digits: int = 2) -> str:
+    return (f"{statistics.median(values):.{digits}f} "
+            f"[{min(values):.{digits}f}-{max(values):.{digits}f}]")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -259,10 +283,10 @@ def main() -> None:
         parser.error("--rounds must be at least 3 (interleaved comparisons)")
 
     wrk = _need_wrk()
-    url = with_name(os.environ["DATABASE_URL"], DB_NAME)
+    url = _with_name(os.environ["DATABASE_URL"], DB_NAME)
     broker = os.environ["CELERY_BROKER_URL"]
-    recreate(url)
-    port = free_port()
+    _recreate(url)
+    port = _free_port()
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     script = work / "events.lua"
     script.write_text(LUA)
@@ -295,7 +319,7 @@ def main() -> None:
         _stop(worker)
         sink.delete(SINK)
         if not args.keep:
-            recreate(url, drop_only=True)
+            _recreate(url, drop_only=True)
             shutil.rmtree(work, ignore_errors=True)
 
 
@@ -365,8 +389,8 @@ def _run(args, wrk, port, script, work, env, web, worker, sink, url) -> None:
               for k in KINDS if k != "noop"}
     print(f"{'kind':<10} {'req/s median [min-max]':>28} {'vs noop median [min-max]':>28}")
     for kind in KINDS:
-        ratio = spread(ratios[kind]) if kind in ratios else "1"
-        print(f"{kind:<10} {spread(rates[kind], '.0f'):>28} {ratio:>28}")
+        ratio = _fmt(ratios[kind]) if kind in ratios else "1"
+        print(f"{kind:<10} {_fmt(rates[kind], 0):>28} {ratio:>28}")
 
     # Exactly once: every recorded event with a follow-up dispatched once, to the sink.
     # (wrk counts the answers it read; a request in flight when it stopped is recorded

@@ -22,8 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from corridor.processes import free_port
-from tests.conftest import ARTIFACTS, FAST_TIMINGS, ROOT, SANDBOX_TIMINGS, Sandbox
+from tests.conftest import ARTIFACTS, FAST_TIMINGS, ROOT, SANDBOX_TIMINGS, Sandbox, free_port
 
 START_TIMEOUT_S = 60
 

@@ -24,13 +24,39 @@ from ledger import tasks
 from ledger.models import Account, BalanceDelta, Entry
 from ledger.services import Line
 from tests.factories import BalanceDeltaFactory
-from tests.ledgerops import in_threads, move
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 D = Decimal
 
 
+def move(key: str, src: str, dst: str, amount: str, ccy: str = "USDC", **kwargs):
+    a = D(amount)
+    return ledger.post(idempotency_key=key, kind="test.move",
+                       lines=[Line(src, ccy, -a), Line(dst, ccy, a)], **kwargs)
+
+
+def in_threads(n: int, fn) -> list:
+    """Run ``fn(i)`` in ``n`` threads released together, each on its own connection;
+    return what each returned or raised."""
+    barrier = threading.Barrier(n)
+    results: list = [None] * n
+
+    def body(i):
+        try:
+            barrier.wait(10)
+            results[i] = fn(i)
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            results[i] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results
 
 
 @pytest.fixture(autouse=True)
