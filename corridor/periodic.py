@@ -16,13 +16,16 @@ Two kinds:
   poller's per-transaction reads). A B-tree descent: logarithmic in the table, one or
   two more pages at 1M than at 1K; the bench prints these apart.
 
-One sweep is not flat in the bench's terms: ``stranded.receipt_unconsumed`` probes
-``withdrawal_requests`` by memo once per open receipt (the anti-join that leaves out
-receipts a withdrawal still owns), so it costs open receipts x the memo index's depth
-(3 pages at 1M) where at 1K the planner hashes the whole small table (about 1 page a
-receipt): x3.1 in buffers, faster in time. Making it flat needs a partial index over
-the withdrawals that can still own a receipt, i.e. a column kept in step with the
-payout's claim: a change to the guard, not made here (issue 11 §2 follow-up).
+``stranded.receipt_unconsumed`` leaves out the receipts a withdrawal still owns (one
+with no payout, or only a failed one) with an anti-join on ``withdrawal_requests`` by
+memo, once per open receipt. Through the full-table memo index that probe cost the
+index's depth (3 pages at 1M) where at 1K the planner hashed the whole small table:
+x3.1 in buffers. It is flat now because the condition is a column,
+``withdrawal_requests.awaits_payout``, kept in step with the payouts by PostgreSQL
+triggers (payouts/migrations/0006: no code path can forget it), and the probe descends
+the partial index ``withdrawal_requests_owning_idx`` over the rows where it is true,
+whose size follows the open withdrawals. Such an index on another table than the
+entry's is named in ``probes``: the plan must use every one of them.
 
 Imports point one way (sagas -> payouts -> anchor -> ledger): this module, in
 ``corridor``, wires them, and imports them only when asked (``registry()``).
@@ -50,7 +53,9 @@ class PeriodicQuery:
     ``indexes``: the index that serves it (for a unique key, its constraint's index and
     Django's ``_like`` twin, either of which the planner may pick); ``also``: other
     indexes whose condition covers the query's too (the test drops them with
-    ``indexes`` to switch the protection off). ``runs_in``: the task that runs it."""
+    ``indexes`` to switch the protection off). ``probes``: indexes on the other tables
+    the query's subqueries read, each of which the plan must use (without one, the
+    probe goes through a bigger index or a scan). ``runs_in``: the task that runs it."""
 
     name: str
     kind: str
@@ -60,6 +65,7 @@ class PeriodicQuery:
     wrap: str = "rows"
     runs_in: str = ""
     also: tuple[str, ...] = ()
+    probes: tuple[str, ...] = ()
 
 
 def sql_of(query: PeriodicQuery) -> tuple[str, list]:
@@ -100,7 +106,7 @@ def explain(query: PeriodicQuery, *, options: str = "FORMAT JSON", cursor=None) 
 
 def indexes_serving(query: PeriodicQuery) -> tuple[str, ...]:
     """Every index that could serve ``query``: without them, a scan of its table."""
-    return (*query.indexes, *query.also)
+    return (*query.indexes, *query.also, *query.probes)
 
 
 def drop_index(cursor, name: str) -> None:
@@ -182,21 +188,24 @@ def registry() -> dict[str, PeriodicQuery]:
         q("ledger.rollup", SWEEP, "ledger_balance_deltas", ("ledger_balance_deltas_pkey",),
           ledger.rollup_claim_sql, runs_in="ledger.tasks.rollup_balances"),
     ]
-    # kind -> (table, its index, other indexes whose condition covers the query's).
+    # kind -> (table, its index, other indexes whose condition covers the query's,
+    # indexes the query probes on other tables).
     stranded_indexes = {
-        "captured_not_notified": ("deposit_payments", "deposit_payments_unnot_idx", ()),
-        "confirmed_not_released": ("deposit_payments", "deposit_payments_unrel_idx", ()),
-        "release_open": ("deposit_releases", "deposit_releases_open_idx", ()),
+        "captured_not_notified": ("deposit_payments", "deposit_payments_unnot_idx", (), ()),
+        "confirmed_not_released": ("deposit_payments", "deposit_payments_unrel_idx", (), ()),
+        "release_open": ("deposit_releases", "deposit_releases_open_idx", (), ()),
         # status = 'processing' implies the poller index's condition too.
         "payout_processing": ("withdrawal_payouts", "withdrawal_payouts_open_idx",
-                              ("withdrawal_payouts_poll_idx",)),
-        "refund_open": ("withdrawal_refunds", "withdrawal_refunds_open_idx", ()),
-        "saga_unleased": ("sagas", "sagas_due_idx", ()),
-        "receipt_unconsumed": ("stellar_receipts", "stellar_receipts_open_idx", ()),
+                              ("withdrawal_payouts_poll_idx",), ()),
+        "refund_open": ("withdrawal_refunds", "withdrawal_refunds_open_idx", (), ()),
+        "saga_unleased": ("sagas", "sagas_due_idx", (), ()),
+        # The owning withdrawal, probed per open receipt (module docstring).
+        "receipt_unconsumed": ("stellar_receipts", "stellar_receipts_open_idx", (),
+                               ("withdrawal_requests_owning_idx",)),
     }
     for kind in stranded.KINDS:
-        table, index, also = stranded_indexes[kind]
+        table, index, also, probes = stranded_indexes[kind]
         entries.append(q(f"stranded.{kind}", SWEEP, table, (index,), strand(kind), "count",
                          runs_in="corridor.stranded.stranded_counts (/health/ready, /metrics)",
-                         also=also))
+                         also=also, probes=probes))
     return {entry.name: entry for entry in entries}

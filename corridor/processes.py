@@ -23,12 +23,20 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
 
 from corridor import devservices
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 free right now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_http(url: str, *, ok_codes=(200,), timeout: float = 60, logs: Path | None = None) -> None:

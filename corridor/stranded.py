@@ -29,9 +29,9 @@ the open rows, so the cost follows the open rows, not the table:
   STRANDED_SAGA_S, with no live lease (``sagas_due_idx``; owner: the resume sweep);
 - ``receipt_unconsumed``: a USDC receipt not settled, not raised for review, older
   than STRANDED_RECEIPT_S, and not under the memo of a withdrawal that has no payout
-  yet or only a failed one (that withdrawal's flow owns it)
-  (``stellar_receipts_open_idx``; owner: the receipt classifier,
-  ``payouts.receipts.classify_receipts``).
+  yet or only a failed one (that withdrawal's flow owns it: ``awaits_payout``)
+  (``stellar_receipts_open_idx``, and ``withdrawal_requests_owning_idx`` for the
+  owning withdrawal; owner: the receipt classifier, ``payouts.receipts.classify_receipts``).
 
 Rows in ``manual_review`` (and the queue's ``notify`` and ``receipt`` kinds) have an
 owner, a person, and are not counted. Imports point one way (sagas -> payouts ->
@@ -78,12 +78,12 @@ def stranded_queries() -> dict[str, QuerySet]:
     limit = {kind: now - timedelta(seconds=s) for kind, s in stranded_thresholds().items()}
     # A withdrawal without a payout, or whose payout failed, owns the receipts under its
     # memo (``classify_receipts`` waits on them; ``verify``'s match; an empty memo_type
-    # is AP's default "id").
+    # is AP's default "id"). ``awaits_payout`` is exactly that condition, kept by the
+    # database (payouts/migrations/0006), so the probe per open receipt descends
+    # ``withdrawal_requests_owning_idx``, which holds the open withdrawals only.
     owning_request = WithdrawalRequest.objects.filter(
         Q(memo_type=OuterRef("memo_type")) | Q(memo_type=""), memo=OuterRef("memo"),
-    ).exclude(Exists(WithdrawalPayout.objects.filter(
-        transaction_id=OuterRef("transaction_id")).exclude(
-        status=WithdrawalPayout.Status.FAILED)))
+        awaits_payout=True)
     return {
         "captured_not_notified": unnotified_payments().filter(
             confirmed_at__lt=limit["captured_not_notified"], notify_review_at__isnull=True),

@@ -47,6 +47,16 @@ def provider():
     return default_provider()
 
 
+def lock_request(transaction_id: str) -> None:
+    """Lock the withdrawal's request row, in a transaction that is about to move its
+    payout to ``failed``. The move flips ``awaits_payout``, whose trigger then writes
+    the request (payouts/migrations/0006); locking it first keeps the lock order of
+    every withdrawal path, the request then the payout (``payout_new_attempt``, the
+    withdrawal refund), so the two cannot deadlock."""
+    list(WithdrawalRequest.objects.select_for_update().filter(
+        transaction_id=transaction_id).values_list("pk", flat=True))
+
+
 # --- entry points ------------------------------------------------------------------
 
 def payout_run(*, request: WithdrawalRequest) -> WithdrawalPayout | None:
@@ -122,10 +132,15 @@ def payout_apply_status(*, payout: WithdrawalPayout, state: ProviderPayout,
     dedupe transaction tells AP after the commit). Every status change is a declared
     ``WithdrawalPayout.transition`` under the row lock."""
     with bound_contextvars(transaction_id=payout.transaction_id):
-        attempt = payout.attempt_rows.filter(provider_payout_id=state.payout_id).first() \
-            or payout.attempt_rows.get(number=payout.attempts)
         with transaction.atomic():
+            if state.status in provider().failed_statuses:
+                lock_request(payout.transaction_id)
             current = WithdrawalPayout.objects.select_for_update().get(pk=payout.pk)
+            # The attempt and the status it holds are read under the row lock: read
+            # before it, a stale "processing" waiting behind a "processed" would write
+            # its rank back over the newer one (tests/test_payout_apply_race.py).
+            attempt = current.attempt_rows.filter(provider_payout_id=state.payout_id).first() \
+                or current.attempt_rows.get(number=current.attempts)
             held = RANK.get(attempt.provider_status, 0)
             if RANK.get(state.status, 0) < held:
                 return current
@@ -212,6 +227,7 @@ def _disburse(payout: WithdrawalPayout, attempt: PayoutAttempt) -> WithdrawalPay
         return payout
     if result.kind == "rejected":
         with transaction.atomic():
+            lock_request(payout.transaction_id)
             WithdrawalPayout.transition(
                 payout.pk, Status.PROCESSING, Status.FAILED,
                 last_error=f"provider refused: {result.reason}"[:2000])

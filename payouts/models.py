@@ -51,12 +51,27 @@ class WithdrawalRequest(models.Model):
                                           blank=True)
     review_reason = models.TextField(blank=True, default="")
     chain_evidence = models.JSONField(default=list, blank=True)
+    # Whether this withdrawal can still own the receipts under its memo: no payout yet,
+    # or only a failed one (no ``withdrawal_payouts`` row for its transaction_id with
+    # status <> 'failed'). Kept by PostgreSQL, not by Python (payouts/migrations/0006):
+    # triggers on both tables recompute it from the payouts whenever a payout is
+    # written or deleted and whenever a request row is inserted or this column is
+    # written, so a stale value a ``save()`` sends is replaced by the true one. Read it;
+    # never rely on a value you wrote. Serves ``withdrawal_requests_owning_idx``.
+    awaits_payout = models.BooleanField(default=True, db_default=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         db_table = "withdrawal_requests"
-        indexes = [models.Index(fields=["memo"], name="withdrawal_requests_memo_idx")]
+        indexes = [
+            models.Index(fields=["memo"], name="withdrawal_requests_memo_idx"),
+            # The stranded count's probe for a receipt's owning withdrawal
+            # (corridor/stranded.py): only the withdrawals that can still own one, so
+            # its size follows the open withdrawals, not the table (issue 11 §2).
+            models.Index(fields=["memo"], name="withdrawal_requests_owning_idx",
+                         condition=Q(awaits_payout=True)),
+        ]
 
     def __str__(self) -> str:
         return f"withdrawal {self.transaction_id} {self.status}"

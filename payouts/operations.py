@@ -287,8 +287,9 @@ def payout_mark_failed(*, payout_id: int, operator, note: str) -> WithdrawalPayo
     OperationRefused."""
     require_permission(operator, "payouts.mark_payout_failed")
     note = clean_note(note)
-    _, found = _mark_failed_check(payout_id)
+    check, found = _mark_failed_check(payout_id)
     with transaction.atomic():
+        guard.lock_request(check.transaction_id)  # the request, then the payout
         current = WithdrawalPayout.objects.select_for_update().get(pk=payout_id)
         if current.status != P.MANUAL_REVIEW:
             raise OperationRefused(f"payout changed since it was checked (now {current.status})")

@@ -46,11 +46,11 @@ _TERMINAL = [
     f"""INSERT INTO withdrawal_requests (transaction_id, status, amount_in, fee, amount_out,
         amount_out_paise, rate, beneficiary_type, beneficiary_display, contact_id,
         fund_account_id, destination, memo, memo_type, source_account, funds_requested_at,
-        first_receipt_at, received_amount, review_reason, chain_evidence, created_at,
-        updated_at)
+        first_receipt_at, received_amount, review_reason, chain_evidence, awaits_payout,
+        created_at, updated_at)
     SELECT 'wr-' || %(tag)s || '-' || i, 'funds_verified', 10, 0.1, 891.00, 89100, 90.0000,
         'bank_account', 'XXXXXX1234', 'cont_x', 'fa_x', %(account)s, %(tag)s || i, 'id',
-        'GCUSTOMER', {_TS}, {_TS}, 10, '', '[]'::jsonb, {_TS}, {_TS} {_ROWS}""",
+        'GCUSTOMER', {_TS}, {_TS}, 10, '', '[]'::jsonb, false, {_TS}, {_TS} {_ROWS}""",
     f"""INSERT INTO withdrawal_payouts (transaction_id, status, amount_paise, currency,
         fund_account_id, mode, provider, provider_payout_id, reference, attempts, last_error,
         ap_completed_at, clock_started_at, created_at, updated_at)
@@ -107,10 +107,10 @@ _OPEN = [
     f"""INSERT INTO withdrawal_requests (transaction_id, status, amount_in, fee, amount_out,
         amount_out_paise, rate, beneficiary_type, beneficiary_display, contact_id,
         fund_account_id, destination, memo, memo_type, source_account, funds_requested_at,
-        review_reason, chain_evidence, created_at, updated_at)
+        review_reason, chain_evidence, awaits_payout, created_at, updated_at)
     SELECT 'wro-' || %(tag)s || '-' || i, 'awaiting_funds', 10, 0.1, 891.00, 89100, 90.0000,
         'bank_account', 'XXXXXX1234', 'cont_x', 'fa_x', %(account)s, 'o' || %(tag)s || i,
-        'id', 'GCUSTOMER', {_TS}, '', '[]'::jsonb, {_TS}, {_TS} {_ROWS}""",
+        'id', 'GCUSTOMER', {_TS}, '', '[]'::jsonb, false, {_TS}, {_TS} {_ROWS}""",
     # processing / completed with AP not told: half each.
     f"""INSERT INTO withdrawal_payouts (transaction_id, status, amount_paise, currency,
         fund_account_id, mode, provider, provider_payout_id, reference, attempts, last_error,
@@ -139,6 +139,21 @@ _OPEN = [
         'recorded', '', '[["anchor.tasks.noop", []]]'::jsonb {_ROWS}""",
 ]
 
+
+# ``withdrawal_requests.awaits_payout`` (payouts/migrations/0006) is kept by row
+# triggers. The loader writes it itself and loads with them disabled: each request it
+# loads gets exactly one payout in the same load, ``completed`` (terminal) or
+# ``processing`` / ``completed`` (open), so its value is false, written in the same
+# INSERT as the rest of the row; with the triggers on, every payout would update its
+# request once more (a second version of a million rows) and, with the indexes
+# dropped for the rebuild, look it up by a scan. _AWAITS_WRONG, run after the load,
+# proves the loaded rows agree with the triggers' rule.
+_TRIGGERS = (("withdrawal_requests", "withdrawal_requests_awaits_payout"),
+             ("withdrawal_payouts", "withdrawal_payouts_awaits_payout"))
+_AWAITS_WRONG = """SELECT count(*) FROM withdrawal_requests r
+WHERE r.awaits_payout = EXISTS (SELECT 1 FROM withdrawal_payouts p
+                                 WHERE p.transaction_id = r.transaction_id
+                                   AND p.status <> 'failed')"""
 
 _SECONDARY = """
 SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid), c.conname,
@@ -181,13 +196,22 @@ def load(cursor, *, terminal: int, open_rows: int = 6, tag: str = "b",
                 else:
                     cursor.execute(f"DROP INDEX {index}")
                     rebuild.append(indexdef)
-    for sql in _TERMINAL:
-        cursor.execute(sql, {"n": terminal, "tag": tag, "age": "30 days", "account": account,
-                             "usdc": usdc})
-    for sql in _OPEN:
-        cursor.execute(sql, {"n": open_rows, "tag": tag, "age": "10 days", "account": account,
-                             "usdc": usdc})
+    for table, trigger in _TRIGGERS:
+        cursor.execute(f'ALTER TABLE {table} DISABLE TRIGGER "{trigger}"')
+    try:
+        for sql in _TERMINAL:
+            cursor.execute(sql, {"n": terminal, "tag": tag, "age": "30 days",
+                                 "account": account, "usdc": usdc})
+        for sql in _OPEN:
+            cursor.execute(sql, {"n": open_rows, "tag": tag, "age": "10 days",
+                                 "account": account, "usdc": usdc})
+    finally:
+        for table, trigger in _TRIGGERS:
+            cursor.execute(f'ALTER TABLE {table} ENABLE TRIGGER "{trigger}"')
     for sql in rebuild + foreign:
         cursor.execute(sql)
+    cursor.execute(_AWAITS_WRONG)
+    wrong = cursor.fetchone()[0]
+    assert wrong == 0, f"{wrong} withdrawal_requests with awaits_payout out of step"
     for table in TABLES:
         cursor.execute(f"ANALYZE {table}")  # noqa: S608 - fixed names

@@ -6,7 +6,6 @@ Timing settings run at about a second here (DESIGN.md §7)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from corridor.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT.parent / "shared" / "reference"
@@ -93,11 +94,6 @@ def _flush_retrying_deadlocks():
 
 _flush_retrying_deadlocks()
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def reference_path(*parts: str) -> Path:

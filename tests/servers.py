@@ -22,7 +22,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import ARTIFACTS, FAST_TIMINGS, ROOT, SANDBOX_TIMINGS, Sandbox, free_port
+from corridor.processes import free_port
+from tests.conftest import ARTIFACTS, FAST_TIMINGS, ROOT, SANDBOX_TIMINGS, Sandbox
 
 START_TIMEOUT_S = 60
 

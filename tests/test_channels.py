@@ -158,8 +158,10 @@ def test_async_answers_pending_duplicate_503_bodies_and_bad_seq_after_landing(cl
     stale = stellar.submit_async(xdr)
     clean_sandbox.fault("horizon.try_again_later", times=1)
     later = stellar.submit_async(xdr)
+    clean_sandbox.fault("horizon.close_hold")  # no ledger closes between the next two POSTs
     pending = stellar.submit_async(xdr)
     duplicate = stellar.submit_async(xdr)
+    clean_sandbox.fault("horizon.close_hold", times=0)
     wait_for(lambda: stellar.find_transaction(envelope.hash_hex()), timeout=10,
              what="the envelope in a ledger")
     landed = stellar.submit_async(xdr)

@@ -243,12 +243,16 @@ def test_simultaneous_withdrawal_posts_make_one_setup_and_one_ap_call(clean_sand
     assert WithdrawalRequest.objects.filter(transaction_id=transaction_id).count() == 1
 
 
+# The dead worker's lease outlasts the checks made while it is live, on a slow machine too.
+DEAD_WORKER_LEASE = {"INTERACTIVE_SUBMIT_LEASE_S": "3"}
+
+
 def _crash_mid_submit(transaction_id: str, amount: str, crash_at: str):
     """A web worker that SIGKILLs itself at ``crash_at`` while submitting the form."""
     code = ("from decimal import Decimal; from anchor import deposits; "
             f"deposits.deposit_submit(transaction_id={transaction_id!r}, "
             f"amount_in=Decimal({amount!r}))")
-    done = run_manage("shell", "-c", code, crash_at=crash_at)
+    done = run_manage("shell", "-c", code, crash_at=crash_at, env=DEAD_WORKER_LEASE)
     assert done.returncode == -9, (done.returncode, done.stderr[-2000:])
 
 
@@ -277,7 +281,7 @@ def test_a_crash_between_intent_and_stored_order_is_completed_by_the_next_submis
     assert server_calls(outbound[before:]) == []
 
     wait_for(lambda: not InteractiveSubmission.objects.filter(
-        pk=intent.pk, lease_until__gt=submissions.now()).exists(), timeout=10,
+        pk=intent.pk, lease_until__gt=submissions.now()).exists(), timeout=15,
         what="the dead worker's lease lapses")
     resumed = customer.http.post(form_url, data=data)
 
@@ -312,7 +316,7 @@ def test_the_sweeper_completes_a_submission_whose_worker_died_after_the_order(
     assert ap_status_changes(clean_sandbox, transaction_id, "pending_user_transfer_start") == 0
 
     assert submissions.sweep_submissions() == {"completed": 0, "released": 0}  # lease live
-    wait_for(lambda: submissions.sweep_submissions()["completed"] == 1, timeout=10,
+    wait_for(lambda: submissions.sweep_submissions()["completed"] == 1, timeout=15,
              interval=0.3, what="the sweeper completes the intent")
 
     order = DepositOrder.objects.get(transaction_id=transaction_id)
@@ -329,7 +333,7 @@ def _crash_mid_withdrawal(transaction_id: str, crash_at: str):
             f"withdrawals.withdrawal_submit(transaction_id={transaction_id!r}, "
             "amount_in=Decimal('10'), beneficiary=Beneficiary(name='Asha Verma', "
             "kind='bank_account', account_number='50100123456789', ifsc='HDFC0001234'))")
-    done = run_manage("shell", "-c", code, crash_at=crash_at)
+    done = run_manage("shell", "-c", code, crash_at=crash_at, env=DEAD_WORKER_LEASE)
     assert done.returncode == -9, (done.returncode, done.stderr[-2000:])
 
 
@@ -346,7 +350,7 @@ def test_the_sweeper_completes_a_withdrawal_stored_before_its_ap_call(clean_sand
     waiting = customer.http.get(str(entry.url.join(entry.headers["location"])))
     assert waiting.status_code == 200 and SUBMITTING in waiting.text  # lease still live
 
-    wait_for(lambda: submissions.sweep_submissions()["completed"] == 1, timeout=10,
+    wait_for(lambda: submissions.sweep_submissions()["completed"] == 1, timeout=15,
              interval=0.3, what="the sweeper completes the withdrawal")
 
     request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
@@ -366,7 +370,7 @@ def test_a_withdrawal_intent_without_stored_details_is_forgotten_by_the_sweeper(
 
     _crash_mid_withdrawal(transaction_id, "withdrawal_submit.setup_created")
     assert not WithdrawalRequest.objects.filter(transaction_id=transaction_id).exists()
-    wait_for(lambda: submissions.sweep_submissions()["released"] == 1, timeout=10,
+    wait_for(lambda: submissions.sweep_submissions()["released"] == 1, timeout=15,
              interval=0.3, what="the sweeper forgets the intent")
 
     assert not InteractiveSubmission.objects.filter(transaction_id=transaction_id).exists()

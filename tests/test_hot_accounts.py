@@ -24,39 +24,14 @@ from ledger import tasks
 from ledger.models import Account, BalanceDelta, Entry
 from ledger.services import Line
 from tests.factories import BalanceDeltaFactory
+from tests.flows import wait_for
+from tests.ledgerops import in_threads, move
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 D = Decimal
 
 
-def move(key: str, src: str, dst: str, amount: str, ccy: str = "USDC", **kwargs):
-    a = D(amount)
-    return ledger.post(idempotency_key=key, kind="test.move",
-                       lines=[Line(src, ccy, -a), Line(dst, ccy, a)], **kwargs)
-
-
-def in_threads(n: int, fn) -> list:
-    """Run ``fn(i)`` in ``n`` threads released together, each on its own connection;
-    return what each returned or raised."""
-    barrier = threading.Barrier(n)
-    results: list = [None] * n
-
-    def body(i):
-        try:
-            barrier.wait(10)
-            results[i] = fn(i)
-        except Exception as exc:  # noqa: BLE001 - the test inspects it
-            results[i] = exc
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    return results
 
 
 @pytest.fixture(autouse=True)
@@ -259,7 +234,15 @@ def two_rollups_behind_a_locked_account() -> list:
         threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
         for t in threads:
             t.start()
-        time.sleep(0.5)
+
+        def settled() -> bool:  # each rollup finished, or read its batch and waits on us
+            with connection.cursor() as cur:
+                cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname ="
+                            " current_database() AND wait_event_type = 'Lock'")
+                waiting = cur.fetchone()[0]
+            return waiting + sum(not t.is_alive() for t in threads) >= 2
+
+        wait_for(settled, timeout=15, interval=0.05, what="both rollups past their read")
     for t in threads:
         t.join(10)
     return results

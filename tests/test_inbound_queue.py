@@ -47,7 +47,8 @@ def lost_wakeups(monkeypatch):
     publish); the follow-ups the drains dispatch are collected instead of published."""
     dispatched: list[tuple[str, list]] = []
     monkeypatch.setattr(inbox, "wake", lambda: None)
-    monkeypatch.setattr(inbox, "_dispatch", lambda name, args: dispatched.append((name, args)))
+    monkeypatch.setattr(inbox, "_dispatch",
+                        lambda name, args, producer=None: dispatched.append((name, args)))
     return dispatched
 
 
@@ -101,7 +102,7 @@ def test_a_drain_whose_publish_fails_leaves_the_follow_up_waiting(client, settin
     monkeypatch.setattr(inbox, "wake", lambda: None)
     _ap_post(client, settings)
 
-    def broker_down(name, args):
+    def broker_down(name, args, producer=None):
         raise ConnectionError("broker down")
 
     monkeypatch.setattr(inbox, "_dispatch", broker_down)
@@ -122,7 +123,7 @@ def test_two_concurrent_drains_dispatch_a_follow_up_once(client, settings, monke
     dispatched: list[str] = []
     a_inside, b_done = threading.Event(), threading.Event()
 
-    def dispatch(name, args):
+    def dispatch(name, args, producer=None):
         dispatched.append(threading.current_thread().name)
         if threading.current_thread().name == "drain-a":
             a_inside.set()

@@ -5,50 +5,23 @@ DESIGN.md §8 invariant 3)."""
 
 from __future__ import annotations
 
-import threading
 from decimal import Decimal
 
 import pytest
-from django.db import IntegrityError, connection, connections, transaction
+from django.db import IntegrityError, connection, transaction
 
 from ledger import services as ledger
 from ledger.models import Account, Entry, Posting
 from ledger.services import Line
 from tests.dbcount import count_write_commits
 from tests.factories import AccountFactory
+from tests.ledgerops import in_threads, move
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 D = Decimal
 
 
-def move(key: str, src: str, dst: str, amount: str, ccy: str = "USDC", **kwargs):
-    a = D(amount)
-    return ledger.post(idempotency_key=key, kind="test.move",
-                       lines=[Line(src, ccy, -a), Line(dst, ccy, a)], **kwargs)
-
-
-def in_threads(n: int, fn) -> list:
-    """Run ``fn(i)`` in ``n`` threads released together, each on its own connection;
-    return what each returned or raised."""
-    barrier = threading.Barrier(n)
-    results: list = [None] * n
-
-    def body(i):
-        try:
-            barrier.wait(10)
-            results[i] = fn(i)
-        except Exception as exc:  # noqa: BLE001 - the test inspects it
-            results[i] = exc
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    return results
 
 
 def test_post_writes_one_balanced_entry_and_moves_balances():

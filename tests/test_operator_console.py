@@ -502,7 +502,7 @@ def test_redrive_of_a_release_on_chain_is_refused(sbx, operator, client):
 
 def test_a_reversed_payout_paid_again_outside_is_confirmed_with_its_utr(sbx, groups, client,
                                                                         monkeypatch):
-    sbx.fault("razorpayx.processed_then_reversed", times=1, after_s=0.3)
+    sbx.fault("razorpayx.processed_then_reversed", times=1, after_s=3)  # time to apply processed
     _, transaction_id = paid_withdrawal(sbx)
     settle(transaction_id)
     payout = wait_for(lambda: WithdrawalPayout.objects.filter(

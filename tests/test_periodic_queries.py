@@ -11,7 +11,9 @@ tables are larger still and the choice only gets clearer. Switching seq scans of
 would make the test pass for an index that the planner would not pick.
 
 Protection off: each entry's index is dropped inside the test's transaction (rolled
-back after) and the same assertion must fail, with a Seq Scan on the table.
+back after) and the same assertion must fail, with a Seq Scan on the table; and each
+index an entry probes on another table (``probes``) is dropped alone: the same
+assertion must fail too (the probe falls back to a bigger index or a scan).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def assert_served(query: periodic.PeriodicQuery) -> None:
     assert not big, f"{query.name}: Seq Scan on {big}"
     used = {n.get("Index Name") for n in nodes}
     assert used & set(query.indexes), f"{query.name}: none of {query.indexes} in {used}"
+    missing = sorted(set(query.probes) - used)
+    assert not missing, f"{query.name}: probes not through {missing} (plan used {used})"
 
 
 def test_the_registry_covers_every_beat_task():
@@ -77,4 +81,22 @@ def test_protection_off_the_same_check_fails(big_tables, name):
             periodic.drop_index(cursor, index)
 
     with pytest.raises(AssertionError, match=f"Seq Scan on .*{query.table}"):
+        assert_served(query)
+
+
+PROBES = sorted((name, probe) for name, q in REGISTRY.items() for probe in q.probes)
+
+
+def test_the_owning_withdrawal_probe_is_checked():
+    assert ("stranded.receipt_unconsumed", "withdrawal_requests_owning_idx") in PROBES
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("name", "probe"), PROBES)
+def test_protection_off_without_a_probed_index_the_check_fails(big_tables, name, probe):
+    query = REGISTRY[name]
+    with connection.cursor() as cursor:
+        periodic.drop_index(cursor, probe)
+
+    with pytest.raises(AssertionError, match=f"probes not through .*{probe}|Seq Scan on"):
         assert_served(query)

@@ -273,12 +273,13 @@ def test_anchor_fails_after_funding_stops_for_review_without_compensating(
 
 
 def test_a_payment_landing_just_after_the_anchor_rejected_is_refunded_and_compensated(
-        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch):
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, settings):
     """The race the pre-payment status check narrows: the anchor rejects the transaction
     while the hub's payment is on its way. The anchor reports ``error`` with no refund
     for a moment, then refunds: the payout leg waits out the grace period instead of
     calling it "funded, no refund", and the saga compensates."""
     monkeypatch.setattr(AnchorFund, "_check_not_rejected", staticmethod(lambda intent: None))
+    settings.REMITTANCE_ERROR_REFUND_GRACE_S = 10.0  # the refund lands in ~1 s; slow CI too
     corridor_on_sandbox.fault("anchor31.reject_before_funding", times=1)
     remittance = create(api)
     partner_pays(corridor_on_sandbox, remittance)

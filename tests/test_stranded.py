@@ -111,6 +111,9 @@ def test_a_dead_notify_is_stranded_then_renotified_and_released_once(clean_sandb
 
     # AP still refuses: the sweeper retries, stores the refusal, pays nothing.
     assert reconciler.sweep_unnotified() == {"notified": 0, "refused": 1, "raised": 0}
+    # Backoff: not tried again before notify_next_at (swept at once: the backoff is
+    # AP_NOTIFY_SWEEP_AGE_S, short enough for the checks below to outlast it).
+    assert reconciler.sweep_unnotified() == {"notified": 0, "refused": 0, "raised": 0}
     payment = DepositPayment.objects.get(transaction_id=transaction_id)
     assert payment.notify_attempts == 1
     assert "-32603" in payment.notify_error and "modified by another request" in \
@@ -119,8 +122,6 @@ def test_a_dead_notify_is_stranded_then_renotified_and_released_once(clean_sandb
     assert stranded_counts() == {**ZERO, "captured_not_notified": 1}
     assert not DepositRelease.objects.exists()
     assert wallet.usdc_payments() == []
-    # Backoff: not tried again before notify_next_at.
-    assert reconciler.sweep_unnotified() == {"notified": 0, "refused": 0, "raised": 0}
 
     clean_sandbox.clear_faults()  # AP is back
     time.sleep(0.4)

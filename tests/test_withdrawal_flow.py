@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import uuid
 from decimal import Decimal
 
 import pytest
@@ -78,6 +79,9 @@ def test_without_the_guard_a_killed_worker_pays_twice(sbx, settings):
     wallet, transaction_id, pay = start_withdrawal(sbx)
     pay_and_wait_for_ap(wallet, pay)
     wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
+    # The payout's webhooks are lost: otherwise one can complete the withdrawal before the
+    # unguarded poller runs (CI saw it), and AP's status stops inviting a second payout.
+    sbx.fault("razorpayx.webhook_lose", times=1)
     killed = run_manage("poll_withdrawals", crash_at="after_provider_call")
     assert killed.returncode == -9
     settings.PAYOUT_GUARD = False
@@ -115,7 +119,7 @@ def test_duplicated_and_early_payout_webhooks_complete_once(sbx):
 
 
 def test_processed_then_reversed_lands_in_the_operators_queue(sbx):
-    sbx.fault("razorpayx.processed_then_reversed", after_s=0.3)
+    sbx.fault("razorpayx.processed_then_reversed", after_s=3)  # time to apply processed first
     wallet, transaction_id, pay = start_withdrawal(sbx)
     pay_and_wait_for_ap(wallet, pay)
     settle(transaction_id)
@@ -132,8 +136,11 @@ def test_processed_then_reversed_lands_in_the_operators_queue(sbx):
     assert ap(transaction_id)["status"] == "completed"  # AP cannot show it (final)
 
 
-def test_5xx_after_create_recovers_with_the_same_key(sbx):
+def test_5xx_after_create_is_found_by_reference_and_paid_once(sbx):
     sbx.fault("razorpayx.create_5xx_after_create", times=1)
+    # Its webhooks would tell the payout id whenever they happen to arrive (CI once saw
+    # one land during the poll); lost, only the guard's own recovery can.
+    sbx.fault("razorpayx.webhook_lose", times=1)
     wallet, transaction_id, pay = start_withdrawal(sbx)
     pay_and_wait_for_ap(wallet, pay)
     wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
@@ -145,6 +152,40 @@ def test_5xx_after_create_recovers_with_the_same_key(sbx):
     settle(transaction_id)
     assert_payout_once(sbx, transaction_id)
     assert PayoutAttempt.objects.filter(payout=first).count() == 1
+
+
+@pytest.mark.parametrize("key", ["stored", "fresh"])
+def test_5xx_after_create_not_listed_yet_is_replayed_with_the_stored_key(sbx, key):
+    """RazorpayX created the payout but answered 500, its webhooks are lost and its list
+    by ``reference_id`` does not show it yet (fault ``razorpayx.list_lag``): the retried
+    create with the attempt's stored ``X-Payout-Idempotency`` key is what learns the
+    payout (NOTES §2.5: same key until processed or failed, never a fresh one while the
+    first may be processing). ``fresh`` is that protection switched off: the stored key is
+    rewritten before the retry, as code minting a key per call would, and it pays twice."""
+    sbx.fault("razorpayx.create_5xx_after_create", times=1)
+    sbx.fault("razorpayx.webhook_lose", times=1)
+    sbx.fault("razorpayx.list_lag", seconds=300)
+    wallet, transaction_id, pay = start_withdrawal(sbx)
+    pay_and_wait_for_ap(wallet, pay)
+    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
+    poller.poll_withdrawals()
+    first = WithdrawalPayout.objects.get(transaction_id=transaction_id)
+    assert (first.status, first.provider_payout_id) == ("processing", "")
+    assert len(sandbox_payouts(sbx, transaction_id)) == 1
+    if key == "fresh":
+        PayoutAttempt.objects.filter(payout=first).update(idempotency_key=uuid.uuid4())
+
+    poller.poll_withdrawals()
+
+    if key == "fresh":
+        assert len(sandbox_payouts(sbx, transaction_id)) == 2
+        return
+    attempt = PayoutAttempt.objects.get(payout=first)
+    [created] = sandbox_payouts(sbx, transaction_id)
+    assert attempt.provider_payout_id == created["id"]
+    assert created["idempotency_key"] == str(attempt.idempotency_key)
+    settle(transaction_id)
+    assert_payout_once(sbx, transaction_id)
 
 
 def review_without_payout(sbx, transaction_id, reason_part):

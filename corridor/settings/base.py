@@ -111,13 +111,16 @@ DATABASES = {
 # Persistent connections (issue 11 §3): a request reuses its thread's connection for
 # DB_CONN_MAX_AGE seconds instead of opening one per request (gunicorn's gthread
 # workers keep one per thread; Celery's Django fixup closes stale ones around tasks).
-# CONN_HEALTH_CHECKS pings a reused connection once per request first, so a server
-# restart costs one reconnect, not an error. 0 restores one connection per request.
+# CONN_HEALTH_CHECKS checks a reused connection once per request first, so a server
+# restart costs one reconnect, not an error (corridor/db/base.py: without a round
+# trip). DB_CONN_MAX_AGE=0 restores one connection per request.
 DB_CONN_MAX_AGE = env.int("DB_CONN_MAX_AGE", default=60)
 DB_CONN_HEALTH_CHECKS = env.bool("DB_CONN_HEALTH_CHECKS", default=True)
 for _db in DATABASES.values():
     _db.setdefault("CONN_MAX_AGE", DB_CONN_MAX_AGE)
     _db.setdefault("CONN_HEALTH_CHECKS", DB_CONN_HEALTH_CHECKS)
+    if _db.get("ENGINE") == "django.db.backends.postgresql":
+        _db["ENGINE"] = "corridor.db"  # the same backend, a health check with no round trip
 # TEST_DB_SUFFIX lets several test runs share one PostgreSQL server side by side.
 _suffix = env("TEST_DB_SUFFIX", default="")
 DATABASES["default"]["TEST"] = {"NAME": "test_" + DATABASES["default"]["NAME"] + _suffix}

@@ -19,7 +19,7 @@ KNOWN: frozenset[str] = frozenset({
     # sandbox/horizon/service.py
     "horizon.submit_504_after_apply", "horizon.submit_drop", "horizon.lookup_404_once",
     "horizon.lookup_lag", "horizon.ingest_behind", "horizon.split_nodes",
-    "horizon.stale_history", "horizon.try_again_later",
+    "horizon.stale_history", "horizon.try_again_later", "horizon.close_hold",
     # sandbox/ap (service.py, observer.py, assets.py, rpc.py, events.py, views.py)
     "ap.rpc_32603_unindexed_hash", "ap.rpc_32603", "ap.rpc_slow", "ap.next_withdraw_memo",
     "ap.event_duplicate", "ap.event_reorder", "ap.event_lose", "ap.stale_status",
@@ -33,7 +33,7 @@ KNOWN: frozenset[str] = frozenset({
     "razorpayx.processed_then_reversed", "razorpayx.fail_payout",
     "razorpayx.create_5xx_after_create", "razorpayx.webhook_before_create_returns",
     "razorpayx.webhook_duplicate", "razorpayx.webhook_reorder", "razorpayx.webhook_lose",
-    "razorpayx.payout_fetch_5xx",
+    "razorpayx.payout_fetch_5xx", "razorpayx.list_lag",
     # sandbox/anchor31/machine.py
     "anchor31.reject_before_funding", "anchor31.refund_after_funding",
     "anchor31.fail_payout", "anchor31.slow", "anchor31.step_delay", "anchor31.http_5xx",

@@ -70,6 +70,10 @@ a new envelope that passed validation, i.e. one that would be queued; optional p
   answers 503 ``{"tx_status": "TRY_AGAIN_LATER"}``.
 - ``horizon.stale_history`` (no ``account`` param): every POST, sync or async, answers
   503 ``stale_history`` before reading the envelope; nothing is queued.
+- ``horizon.close_hold`` (a test handle, not a network behaviour): while on, the close
+  loop closes no ledger, so what is queued stays queued; switching it off (``times`` 0)
+  lets the next close apply the queue. Lets a test observe "still queued" answers
+  without racing the ``SANDBOX_LEDGER_CLOSE_S`` clock.
 
 Both endpoints share every fault above. On ``/transactions_async`` (which never waits):
 ``submit_drop`` answers 201 PENDING for an envelope core then forgets (the real "PENDING
@@ -151,6 +155,7 @@ FAULT_INGEST_BEHIND = "horizon.ingest_behind"
 FAULT_SPLIT_NODES = "horizon.split_nodes"
 FAULT_STALE_HISTORY = "horizon.stale_history"
 FAULT_TRY_AGAIN_LATER = "horizon.try_again_later"
+FAULT_CLOSE_HOLD = "horizon.close_hold"
 DEFAULT_LAG_LEDGERS = 3
 SDK_CLIENT_NAME = "py-stellar-base"
 
@@ -425,12 +430,17 @@ def _notify_closed() -> None:
 def close_ledger() -> int | None:
     """Close the next ledger: apply the queued transactions that are still valid at the
     new close time (wall clock, whole unix seconds, never before the previous close).
-    Returns the new ledger sequence, or None when there is no world yet."""
+    Returns the new ledger sequence, or None when there is no world yet. While
+    ``horizon.close_hold`` is on nothing closes and the latest sequence is returned
+    (read under the exclusive lock, so no close that began before the switch went on
+    can apply anything after a submission saw it on)."""
     with transaction.atomic(using=DB):
         _lock(exclusive=True)
         last = latest_ledger()
         if last is None:
             return None
+        if faults.peek(FAULT_CLOSE_HOLD) is not None:
+            return last.sequence
         queued = list(models.Submission.objects.using(DB)
                       .filter(status=models.Submission.QUEUED).order_by("id"))
         candidates = []
@@ -468,9 +478,9 @@ def close_count() -> int:
 
 def background(stop: threading.Event) -> None:
     """The ledger-close loop: one ledger every ``SANDBOX_LEDGER_CLOSE_S`` seconds (read
-    each time), empty or not, until ``stop`` is set. A failed close is logged and the
-    loop goes on (the next close retries with the same queue). Creates the fixed world
-    when there is none (first start)."""
+    each time), empty or not, unless ``horizon.close_hold`` is on, until ``stop`` is set.
+    A failed close is logged and the loop goes on (the next close retries with the same
+    queue). Creates the fixed world when there is none (first start)."""
     try:
         while True:
             try:

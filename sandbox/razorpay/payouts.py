@@ -49,10 +49,17 @@ Fault switches (``POST /sandbox/faults {"name", "times", "params"}``), taken onc
 - ``razorpayx.webhook_lose``: the payout's webhooks are recorded but never sent (a later
   dashboard replay, ``POST /razorpay/sandbox/webhooks/redeliver``, still works).
 
-Read fault (taken once per call, so ``times: null`` is an outage until cleared):
+Read faults:
 
-- ``razorpayx.payout_fetch_5xx``: ``GET /v1/payouts/{id}`` answers 500 ``SERVER_ERROR``
-  (the payouts API down while webhooks still arrive).
+- ``razorpayx.payout_fetch_5xx`` (taken once per call, so ``times: null`` is an outage
+  until cleared): ``GET /v1/payouts/{id}`` answers 500 ``SERVER_ERROR`` (the payouts API
+  down while webhooks still arrive).
+- ``razorpayx.list_lag`` ``{"seconds": 300}`` (read, not taken, by every list call while
+  on): ``GET /v1/payouts`` leaves out payouts created less than ``seconds`` ago, as a
+  search index that has not caught up. Razorpay's 5xx guide polls the list by
+  ``reference_id`` only from 5 minutes after creation and retries the create with the
+  same key before that (NOTES §2.5), so a client must not read "not listed" as "not
+  created".
 
 Idempotency (NOTES §2.5): the key is checked before the body; a key is claimed (committed)
 before the payout is created and stays ``in_flight`` until the create call answers, so a
@@ -778,6 +785,10 @@ def list_payouts(*, params: dict, count: int = 10, skip: int = 0) -> dict:
     if ours != account_number():
         raise x_error("The RazorpayX Account number is invalid", "account_number")
     rows = Payout.objects.using(DB).order_by("-created_ts", "-id")
+    lag = faults.peek("razorpayx.list_lag")
+    if lag is not None:
+        rows = rows.filter(created_ts__lte=timezone.now()
+                           - timedelta(seconds=float(lag.get("seconds", 300))))
     for name, column in (("reference_id", "reference_id"), ("fund_account_id",
                          "fund_account_id"), ("contact_id", "fund_account__contact_id"),
                          ("mode", "mode"), ("status", "status")):

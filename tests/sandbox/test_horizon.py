@@ -36,6 +36,7 @@ from stellar_sdk.exceptions import BadRequestError, BadResponseError, NotFoundEr
 
 from sandbox.keys import DISTRIBUTION, USDC_ISSUER, sandbox_keypair
 from tests.conftest import reference_path
+from tests.flows import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -163,11 +164,25 @@ def test_latest_ledger_header_only_on_state_endpoints(horizon, http):
     assert [r.headers.get("Latest-Ledger") for r in without] == [None] * len(without)
 
 
-def test_ledgers_close_on_their_own(horizon):
-    first = horizon.root().call()["history_latest_ledger"]
-    time.sleep(0.6)
+def _latest(horizon) -> int:
+    return horizon.root().call()["history_latest_ledger"]
 
-    assert horizon.root().call()["history_latest_ledger"] >= first + 1
+
+def test_ledgers_close_on_their_own(horizon):
+    first = _latest(horizon)
+
+    wait_for(lambda: _latest(horizon) >= first + 1, timeout=10, what="a ledger close")
+
+
+def test_close_hold_stops_the_close_loop_until_switched_off(horizon, clean_sandbox):
+    clean_sandbox.fault("horizon.close_hold")
+    time.sleep(1.0)  # a close that had begun before the switch went on ends
+    held = _latest(horizon)
+    time.sleep(1.0)  # four close periods
+    assert _latest(horizon) == held
+
+    clean_sandbox.fault("horizon.close_hold", times=0)
+    wait_for(lambda: _latest(horizon) >= held + 1, timeout=10, what="closes again")
 
 
 def test_fixed_world_holds_usdc_and_funded_channels(horizon):

@@ -57,7 +57,6 @@ from corridor import invariants, processes
 from corridor.management.commands.demo import (
     DEMO_TIMINGS,
     ROOT,
-    _free_port,
     _recreate_database,
     _SandboxHandle,
     _with_name,
@@ -217,7 +216,7 @@ class _Campaign:
 
     # --- the world -------------------------------------------------------------
     def start(self) -> None:
-        sandbox_port, web_port = _free_port(), _free_port()
+        sandbox_port, web_port = processes.free_port(), processes.free_port()
         sandbox_url, web_url = f"http://127.0.0.1:{sandbox_port}", f"http://127.0.0.1:{web_port}"
         env = {"SANDBOX_URL": sandbox_url, "CORRIDOR_URL": web_url,
                "HORIZON_URL": f"{sandbox_url}/horizon",

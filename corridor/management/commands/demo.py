@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -52,11 +51,6 @@ DEMO_TIMINGS = {
     "REMITTANCE_ERROR_REFUND_GRACE_S": "5", "REMITTANCE_REFUND_DEADLINE_S": "120",
 }
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _recreate_database(url: str) -> None:
@@ -125,7 +119,7 @@ class _Demo:
 
     def run(self) -> int:
         started = time.monotonic()
-        sandbox_port, web_port = _free_port(), _free_port()
+        sandbox_port, web_port = processes.free_port(), processes.free_port()
         sandbox_url = f"http://127.0.0.1:{sandbox_port}"
         web_url = f"http://127.0.0.1:{web_port}"
         self.env = {
