@@ -50,6 +50,23 @@ def wait_for(predicate, *, timeout: float = 30.0, interval: float = 0.2, what: s
         time.sleep(interval)
 
 
+def rejected_first(monkeypatch) -> None:
+    """The anchor's rejection is asynchronous (its worker moves the new transaction to
+    ``error``): hold the leg's pre-payment check until it did, so "before funding" is
+    what the test runs even on a loaded machine. (The other order is the race test.)"""
+    from sagas import anchor31
+    from sagas.plans.remittance import AnchorFund
+
+    check = AnchorFund._check_not_rejected
+
+    def after_the_rejection(intent):
+        wait_for(lambda: anchor31.get_transaction(intent["anchor_tx_id"])["status"]
+                 != "pending_sender", timeout=10, interval=0.05, what="the rejection")
+        check(intent)
+
+    monkeypatch.setattr(AnchorFund, "_check_not_rejected", staticmethod(after_the_rejection))
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """Environment for a Corridor process that must see what the test process sees:
     the test database, the sandbox URLs and the fast timings."""

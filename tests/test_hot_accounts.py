@@ -237,6 +237,9 @@ def two_rollups_behind_a_locked_account() -> list:
 
         def settled() -> bool:  # each rollup finished, or read its batch and waits on us
             with connection.cursor() as cur:
+                # pg_stat_activity is read once per transaction unless the snapshot is
+                # cleared, and this check runs inside the transaction holding the lock.
+                cur.execute("SELECT pg_stat_clear_snapshot()")
                 cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname ="
                             " current_database() AND wait_event_type = 'Lock'")
                 waiting = cur.fetchone()[0]

@@ -26,10 +26,10 @@ from rest_framework.test import APIClient
 from anchor import stellar
 from ledger import services as ledger
 from ledger.models import Entry, Posting
-from sagas import anchor31, engine, hub, remittances
+from sagas import engine, hub, remittances
 from sagas.models import HubPayment, Saga, SagaEvent, SagaStep
 from sagas.plans.remittance import AnchorFund
-from tests.flows import drive, run_manage, wait_for
+from tests.flows import drive, rejected_first, run_manage, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -175,20 +175,6 @@ def test_a_completed_remittance_books_every_leg_and_pays_the_anchor_once(
     fx = next(b for b in shown["bookings"] if b["kind"] == "fx.convert")
     assert {"account": "payable:beneficiaries", "currency": "INR",
             "amount": f"-{remittance['quote']['receive_amount']}00000"} in fx["postings"]
-
-
-def rejected_first(monkeypatch) -> None:
-    """The anchor's rejection is asynchronous (its worker moves the new transaction to
-    ``error``): hold the leg's pre-payment check until it did, so "before funding" is
-    what the test runs even on a loaded machine. (The other order is the race test.)"""
-    check = AnchorFund._check_not_rejected
-
-    def after_the_rejection(intent):
-        wait_for(lambda: anchor31.get_transaction(intent["anchor_tx_id"])["status"]
-                 != "pending_sender", timeout=10, interval=0.05, what="the rejection")
-        check(intent)
-
-    monkeypatch.setattr(AnchorFund, "_check_not_rejected", staticmethod(after_the_rejection))
 
 
 def test_anchor_rejects_before_funding_the_partner_is_refunded_on_chain_once(
