@@ -118,6 +118,30 @@ def test_duplicated_and_early_payout_webhooks_complete_once(sbx):
     assert PayoutAttempt.objects.count() == 1
 
 
+def test_a_failed_webhook_before_a_5xx_create_answer_keeps_the_operators_reason(sbx):
+    """Found by ``make chaos`` (seed 7): RazorpayX fails the payout at once and its
+    ``payout.failed`` is applied before the create call answers 500. The row is
+    ``failed`` with the provider's reason; the late "outcome unknown" note must not
+    overwrite the reason the operators' queue shows."""
+    from sagas.models import ReviewItem
+
+    sbx.fault("razorpayx.fail_payout", times=1)
+    sbx.fault("razorpayx.webhook_before_create_returns", times=1)
+    sbx.fault("razorpayx.create_5xx_after_create", times=1)
+    wallet, transaction_id, pay = start_withdrawal(sbx)
+    pay_and_wait_for_ap(wallet, pay)
+    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
+
+    poller.poll_withdrawals()
+
+    payout = WithdrawalPayout.objects.get(transaction_id=transaction_id)
+    assert payout.status == "failed"
+    assert "provider failed" in payout.last_error, payout.last_error
+    item = ReviewItem.objects.get(key=f"payout:{payout.pk}")
+    assert "outcome unknown" not in item.reason and "failed" in item.reason, item.reason
+    assert len(sandbox_payouts(sbx, transaction_id)) == 1
+
+
 def test_processed_then_reversed_lands_in_the_operators_queue(sbx):
     sbx.fault("razorpayx.processed_then_reversed", after_s=3)  # time to apply processed first
     wallet, transaction_id, pay = start_withdrawal(sbx)
