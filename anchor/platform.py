@@ -21,6 +21,8 @@ import httpx
 import jwt
 from django.conf import settings
 
+from common.http import tls_context
+
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
@@ -59,6 +61,7 @@ def _client() -> httpx.Client:
         base_url=settings.AP_PLATFORM_URL.rstrip("/"),
         timeout=settings.HTTP_TIMEOUT_S,
         headers={"Authorization": f"Bearer {_token()}"},
+        verify=tls_context(),
     )
 
 

@@ -15,6 +15,8 @@ import httpx
 import razorpay
 from django.conf import settings
 
+from common.http import tls_context
+
 
 class RazorpayError(Exception):
     """Razorpay answered an error or could not be reached."""
@@ -43,7 +45,7 @@ def paise_to_rupees(paise: int) -> Decimal:
 def _client() -> httpx.Client:
     return httpx.Client(base_url=settings.RAZORPAY_API_URL.rstrip("/"),
                         auth=(settings.RAZORPAY_KEY_ID, settings.RAZORPAY_KEY_SECRET),
-                        timeout=settings.HTTP_TIMEOUT_S)
+                        timeout=settings.HTTP_TIMEOUT_S, verify=tls_context())
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:

@@ -24,6 +24,8 @@ import redis
 from django.conf import settings
 from django.db import connection
 
+from common.http import tls_context
+
 log = logging.getLogger(__name__)
 
 OK, FAIL = "ok", "fail"
@@ -60,7 +62,8 @@ def check_broker() -> None:
 
 
 def _http_get(url: str, **kwargs) -> None:
-    response = httpx.get(url, timeout=_timeout(), follow_redirects=False, **kwargs)
+    response = httpx.get(url, timeout=_timeout(), follow_redirects=False,
+                         verify=tls_context(), **kwargs)
     response.raise_for_status()
 
 

@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 from django.conf import settings
 
+from common.http import tls_context
+
 # SEP-31 transaction statuses (GET Transaction, "status" list).
 PENDING_SENDER = "pending_sender"
 PENDING_STELLAR = "pending_stellar"
@@ -48,6 +50,7 @@ def _client() -> httpx.Client:
         base_url=settings.ANCHOR31_URL.rstrip("/"),
         timeout=settings.ANCHOR31_TIMEOUT_S,
         headers={"Authorization": f"Bearer {settings.ANCHOR31_AUTH_TOKEN}"},
+        verify=tls_context(),
     )
 
 

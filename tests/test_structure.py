@@ -10,6 +10,9 @@
   common/locks.py, ``OperationRefused`` only in common/console.py, ``crash_point``
   only in common/crashpoints.py.
 - ``common`` sits below every app (DESIGN.md §2): it imports none of them.
+- Every ``httpx`` client or call of a service (the apps, ``corridor``, the sandbox; not
+  the command-line drivers) passes ``verify=`` (``common.http.tls_context()``, one TLS
+  context per process instead of one per call).
 
 Each check reads the files as they are, parsed with ``ast``: a string in a comment or
 docstring that merely names a rule is not a violation."""
@@ -159,6 +162,27 @@ def common_importing_apps(files=None, root: Path = ROOT) -> list[str]:
     return sorted(set(wrong))
 
 
+HTTPX_CALLS = {"Client", "get", "post", "put", "patch", "delete", "request", "stream"}
+# Command-line tools and test drivers, each a handful of long-lived clients.
+NOT_SERVICES = ("bench/", "corridor/management/", "corridor/processes.py",
+                "corridor/devservices.py", "sandbox/drivers.py", "scripts/")
+
+
+def httpx_calls_without_verify(files=None, root: Path = ROOT) -> list[str]:
+    wrong = []
+    for path in files or project_files():
+        if rel(path, root).startswith(NOT_SERVICES):
+            continue
+        for node in ast.walk(parse(path)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "httpx" \
+                    and node.func.attr in HTTPX_CALLS \
+                    and not any(k.arg == "verify" for k in node.keywords):
+                wrong.append(f"{rel(path, root)}:{node.lineno} httpx.{node.func.attr}"
+                             " without verify")
+    return wrong
+
+
 # --- the tests ----------------------------------------------------------------------------
 
 def test_no_test_module_imports_another():
@@ -188,6 +212,10 @@ def test_operation_refused_and_crash_point_are_defined_once():
 def test_common_imports_no_app():
     assert common_importing_apps() == []
     assert not (ROOT / "common" / "models.py").exists()
+
+
+def test_every_service_httpx_client_shares_the_tls_context():
+    assert httpx_calls_without_verify() == []
 
 
 # The checks catch what they are for (each run on a file that breaks its rule).
@@ -236,6 +264,14 @@ def test_each_check_catches_its_violation(tmp_path):
         "common/bad.py:1 imports anchor.models",
         "common/bad.py:1 imports anchor.models.DepositRelease",
         "common/bad.py:2 imports ledger.services"]
+
+    bad_client = _write(tmp_path, "payouts/bad.py",
+                        "import httpx\n"
+                        "def call():\n"
+                        "    with httpx.Client(timeout=5) as client:\n"
+                        "        return httpx.get('http://x', timeout=5, verify=ctx())\n")
+    assert httpx_calls_without_verify([bad_client], tmp_path) == [
+        "payouts/bad.py:3 httpx.Client without verify"]
 
     class Factories:
         from tests.factories import DepositReleaseFactory

@@ -12,6 +12,7 @@ import httpx
 from django.conf import settings
 
 from anchor import razorpay as rzp
+from common.http import tls_context
 from payouts.providers.base import (
     Beneficiary,
     DisburseResult,
@@ -40,7 +41,7 @@ class RazorpayX:
     def _client(self) -> httpx.Client:
         return httpx.Client(base_url=settings.RAZORPAY_API_URL.rstrip("/"),
                             auth=(settings.RAZORPAY_KEY_ID, settings.RAZORPAY_KEY_SECRET),
-                            timeout=settings.HTTP_TIMEOUT_S)
+                            timeout=settings.HTTP_TIMEOUT_S, verify=tls_context())
 
     def _post(self, path: str, body: dict, headers: dict | None = None) -> httpx.Response:
         with self._client() as client:

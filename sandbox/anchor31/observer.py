@@ -34,6 +34,7 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from common.http import tls_context
 from sandbox.anchor31 import machine, stellar
 from sandbox.anchor31.models import Sep31ObserverState, Sep31Payment, Sep31Transaction
 from sandbox.keys import ANCHOR31
@@ -175,7 +176,7 @@ def run(stop: threading.Event) -> None:
     may not exist yet: 404) and database restarts."""
     timeout = float(getattr(settings, "HTTP_TIMEOUT_S", 10.0))
     try:
-        with httpx.Client(timeout=timeout) as client:
+        with httpx.Client(timeout=timeout, verify=tls_context()) as client:
             while not stop.is_set():
                 try:
                     poll(client)

@@ -38,6 +38,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.db.models import F
 
+from common.http import tls_context
 from sandbox.ap.models import ApEvent
 from sandbox.ap.objects import instant, now
 from sandbox.control import faults
@@ -184,7 +185,8 @@ def deliver_next(client: httpx.Client) -> bool:
 def run(stop: threading.Event) -> None:
     """The delivery loop: runs until ``stop`` is set; survives database and HTTP errors."""
     timeout = float(getattr(settings, "SANDBOX_EVENT_TIMEOUT_S", 5.0))
-    with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+    with httpx.Client(timeout=timeout, follow_redirects=False,
+                      verify=tls_context()) as client:
         while not stop.is_set():
             try:
                 busy = deliver_next(client)

@@ -18,6 +18,7 @@ import datetime as dt
 import httpx
 from django.conf import settings
 
+from common.http import tls_context
 from sandbox.ap import assets
 
 PAYMENT_TYPES = {
@@ -56,7 +57,7 @@ def fetch(stellar_transaction_id: str) -> dict:
     ``{"id", "amount": {"amount", "asset"}, "payment_type", "source_account",
     "destination_account"}``. Raises LedgerError."""
     timeout = float(getattr(settings, "HTTP_TIMEOUT_S", 10.0))
-    with httpx.Client(timeout=timeout) as client:
+    with httpx.Client(timeout=timeout, verify=tls_context()) as client:
         tx = _get(client, f"/transactions/{stellar_transaction_id}")
         page = _get(client, f"/transactions/{stellar_transaction_id}/payments?limit=200")
     payments = []

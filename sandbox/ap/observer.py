@@ -106,6 +106,7 @@ from django.conf import settings
 from django.db import IntegrityError, connections, transaction
 from django.db.models import F
 
+from common.http import tls_context
 from sandbox import keys
 from sandbox.ap import assets, rpc
 from sandbox.ap.models import ApObservedPayment, ApObserverState, ApTransaction
@@ -417,7 +418,7 @@ def run(stop: threading.Event) -> None:
     ``stop`` is set; survives resets, Horizon errors and database restarts."""
     observer = Observer()
     timeout = float(getattr(settings, "HTTP_TIMEOUT_S", 10.0))
-    with httpx.Client(timeout=timeout) as client:
+    with httpx.Client(timeout=timeout, verify=tls_context()) as client:
         while not stop.is_set():
             try:
                 observer.poll(client)

@@ -36,6 +36,7 @@ from django.conf import settings
 from django.db import transaction
 from stellar_sdk import StrKey
 
+from common.http import tls_context
 from sandbox import keys
 from sandbox.ap import assets, events
 from sandbox.ap.models import ApTransaction
@@ -207,7 +208,8 @@ def forward_kyc_fields(request: dict, auth: WebAuth) -> None:
     url = settings.SANDBOX_CALLBACK_URL.rstrip("/") + "/customer"
     try:
         response = httpx.put(url, json=body, timeout=float(getattr(settings, "HTTP_TIMEOUT_S", 10)),
-                             headers={"Authorization": f"Bearer {events.callback_token()}"})
+                             headers={"Authorization": f"Bearer {events.callback_token()}"},
+                             verify=tls_context())
     except httpx.HTTPError as exc:
         raise SepError(502, f"{type(exc).__name__}: {exc}") from None
     if 200 <= response.status_code < 300:

@@ -41,6 +41,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from common.http import tls_context
 from sandbox.razorpay.common import compact_json, hmac_sha256_hex, new_id
 from sandbox.razorpay.models import WebhookDelivery, WebhookEvent
 
@@ -214,7 +215,8 @@ def _client() -> httpx.Client:
     global _http
     with _http_lock:
         if _http is None:
-            _http = httpx.Client(timeout=RESPONSE_TIMEOUT_S, follow_redirects=False)
+            _http = httpx.Client(timeout=RESPONSE_TIMEOUT_S, follow_redirects=False,
+                                 verify=tls_context())
         return _http
 
 
