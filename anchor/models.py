@@ -383,3 +383,41 @@ class InteractiveSubmission(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} submission {self.transaction_id} {self.status}/{self.step}"
+
+
+class FirmQuote(models.Model):
+    """A firm SEP-38 quote Corridor gave through AP's ``GET /rate?type=firm``
+    (anchor/quotes.py): honoured exactly, once, and only before ``expires_at``.
+
+    ``quote_id`` is ours and becomes AP's SEP-38 ``quote_id`` (globally unique);
+    assets in SEP-38 Asset Identification Format; amounts in each asset's units with
+    its significant decimals; ``price`` sell-asset units per one buy-asset unit, fees
+    excluded (SEP-38 "Price Formulas": ``sell_amount - fee = price * buy_amount`` with
+    the fee in the sell asset); ``fee_details`` the answer's ``fee.details``.
+    ``transaction_id`` and ``used_at`` are set by the one flow that used it."""
+
+    quote_id = models.CharField(max_length=64, unique=True)
+    client_id = models.CharField(max_length=100)
+    sell_asset = models.CharField(max_length=100)
+    buy_asset = models.CharField(max_length=100)
+    sell_amount = models.DecimalField(max_digits=24, decimal_places=7)
+    buy_amount = models.DecimalField(max_digits=24, decimal_places=7)
+    price = models.DecimalField(max_digits=40, decimal_places=24)
+    fee_total = models.DecimalField(max_digits=24, decimal_places=7)
+    fee_asset = models.CharField(max_length=100)
+    fee_details = models.JSONField(default=list)
+    sell_delivery_method = models.CharField(max_length=40, blank=True, default="")
+    buy_delivery_method = models.CharField(max_length=40, blank=True, default="")
+    country_code = models.CharField(max_length=2, blank=True, default="")
+    mid_rate = models.DecimalField(max_digits=20, decimal_places=8)  # INR per USDC
+    expires_at = models.DateTimeField()
+    transaction_id = models.CharField(max_length=64, blank=True, default="")
+    used_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "firm_quotes"
+
+    def __str__(self) -> str:
+        return f"quote {self.quote_id} {self.sell_amount} {self.sell_asset} -> " \
+               f"{self.buy_amount} {self.buy_asset}"

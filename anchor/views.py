@@ -25,7 +25,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 from structlog.contextvars import bind_contextvars
 
-from anchor import callbacks, deposits, platform, sep24, submissions
+from anchor import callbacks, deposits, platform, quotes, sep24, submissions
 from anchor import razorpay as rzp
 from anchor.models import DepositOrder, DepositRelease, InboundEvent
 from corridor import inbound, metrics
@@ -461,6 +461,52 @@ def ap_customer(request):
     except callbacks.MalformedEvent as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse({"id": str(customer.pk), "status": "ACCEPTED"})
+
+
+RATE_PARAMS = ("type", "client_id", "sell_asset", "buy_asset", "sell_amount", "buy_amount",
+               "country_code", "expire_after", "sell_delivery_method", "buy_delivery_method")
+
+
+def ap_rate(request):
+    """``GET /callbacks/rate`` (AP callback API ``getRates``; anchor/quotes.py has the
+    pricing): 200 ``{"rate": {...}}``; ``type=firm`` adds ``id`` and ``expires_at`` and
+    stores the quote. A malformed request is a 400 and one Corridor does not serve (a
+    pair, an amount below the fee, a country) a 422, each ``{"error": "..."}`` (AP
+    gives the text to the client); no valid callback token: 401; the rate source
+    down: 503."""
+    if request.method != "GET":
+        return HttpResponseNotAllowed(["GET"])
+    if not callbacks.ap_request_authorized(request.headers):
+        return JsonResponse({"error": "unauthorized"}, status=401)
+    try:
+        params = {name: inbound.text(request.GET[name], name, max_length=200)
+                  for name in RATE_PARAMS if name in request.GET}
+    except inbound.InboundError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    kind = params.get("type")
+    if kind not in ("indicative", "firm"):
+        return JsonResponse({"error": "type must be indicative or firm"}, status=400)
+    for name in ("sell_asset", "buy_asset"):
+        if not params.get(name):
+            return JsonResponse({"error": f"{name} is required"}, status=400)
+    try:
+        q = quotes.quote(sell_asset=params["sell_asset"], buy_asset=params["buy_asset"],
+                         sell_amount=params.get("sell_amount"),
+                         buy_amount=params.get("buy_amount"),
+                         country_code=params.get("country_code"))
+        if kind == "firm":
+            q = quotes.firm_quote(
+                q, client_id=params.get("client_id", ""),
+                expire_after=params.get("expire_after"),
+                sell_delivery_method=params.get("sell_delivery_method", ""),
+                buy_delivery_method=params.get("buy_delivery_method", ""),
+                country_code=params.get("country_code", ""))
+    except quotes.QuoteRefused as exc:
+        return JsonResponse({"error": str(exc)}, status=exc.status)
+    except quotes.RateUnavailable as exc:
+        log.warning("no rate: %s", exc)
+        return JsonResponse({"error": "no exchange rate right now; try again"}, status=503)
+    return JsonResponse({"rate": q.as_rate()})
 
 
 def webhook_outcome(source: str, outcome: str, response: JsonResponse) -> JsonResponse:

@@ -2,12 +2,14 @@ import importlib
 
 from django.urls import include, path
 
+from sandbox import fx
 from sandbox.control import views
 from sandbox.registry import STANDINS
 
 urlpatterns = [
     path("sandbox/faults", views.faults_view),
     path("sandbox/reset", views.reset_view),
+    path("fx/rates", fx.rates_view),
 ]
 
 # Each stand-in serves under its own prefix once it has a urls.py.

@@ -181,6 +181,7 @@ def sandbox(live_server, django_db_blocker) -> Sandbox:
     settings.HORIZON_URL = f"{url}/horizon"
     settings.AP_PLATFORM_URL = f"{url}/ap/platform"
     settings.RAZORPAY_API_URL = f"{url}/razorpay"
+    settings.QUOTE_RATE_URL = f"{url}/fx/rates?pair=USDC-INR"
     handle = Sandbox(url, log_path)
     yield handle
     proc.terminate()

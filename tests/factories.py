@@ -20,12 +20,14 @@ from anchor.models import (
     DepositOrder,
     DepositPayment,
     DepositRelease,
+    FirmQuote,
     InboundEvent,
     InteractiveSubmission,
     ReleaseEvent,
     Sep24Customer,
     SourceAccount,
 )
+from anchor.quotes import usdc_asset
 from ledger.models import Account, BalanceDelta, Entry, Posting
 from payouts.models import (
     ChainCursor,
@@ -148,6 +150,27 @@ class InteractiveSubmissionFactory(factory.django.DjangoModelFactory):
     kind = InteractiveSubmission.Kind.DEPOSIT
     lease_until = factory.LazyFunction(lambda: timezone.now() + timedelta(seconds=30))
     amount_in = Decimal("1000.00")
+
+
+class FirmQuoteFactory(factory.django.DjangoModelFactory):
+    """100 USDC sold for INR at 84.0775 (84.50 less 50 bps), 1.00 USDC of fees."""
+
+    class Meta:
+        model = FirmQuote
+
+    quote_id = factory.LazyFunction(_uuid)
+    client_id = ACCOUNT_A
+    sell_asset = factory.LazyFunction(usdc_asset)
+    buy_asset = "iso4217:INR"
+    sell_amount = Decimal("100")
+    buy_amount = Decimal("8323.67")
+    price = Decimal("0.011893791009")
+    fee_total = Decimal("1.0000000")
+    fee_asset = factory.SelfAttribute("sell_asset")
+    fee_details = factory.LazyFunction(lambda: [
+        {"name": "Service fee", "description": "fixed fee per exchange", "amount": "0.5"}])
+    mid_rate = Decimal("84.50")
+    expires_at = factory.LazyFunction(lambda: timezone.now() + timedelta(minutes=10))
 
 
 # --- payouts ---------------------------------------------------------------------------

@@ -325,6 +325,22 @@ DEPOSIT_FEE_FIXED_INR = Decimal(env.str("DEPOSIT_FEE_FIXED_INR", default="10.00"
 DEPOSIT_MIN_INR = Decimal(env.str("DEPOSIT_MIN_INR", default="100.00"))
 DEPOSIT_MAX_INR = Decimal(env.str("DEPOSIT_MAX_INR", default="500000.00"))
 
+# --- SEP-38 quotes (AP callback GET /rate, anchor/quotes.py) ---
+# The rate source: a URL answering {"mid": "<INR per USDC>"} (the sandbox's moving feed
+# in development: GET <SANDBOX_URL>/fx/rates?pair=USDC-INR), or empty for the fixed
+# QUOTE_MID_INR_PER_USDC. The spread moves the price against the customer on each
+# side of the mid; the fee is charged in the sell asset (AP NOTES SEP31-RECEIVE §6.2).
+QUOTE_RATE_URL = env("QUOTE_RATE_URL", default="")
+QUOTE_MID_INR_PER_USDC = Decimal(env.str("QUOTE_MID_INR_PER_USDC", default="84.50"))
+QUOTE_SPREAD_BPS = Decimal(env.str("QUOTE_SPREAD_BPS", default="50"))
+QUOTE_FEE_PERCENT = Decimal(env.str("QUOTE_FEE_PERCENT", default="0.5"))
+QUOTE_FEE_FIXED_USDC = Decimal(env.str("QUOTE_FEE_FIXED_USDC", default="0.50"))
+QUOTE_FEE_FIXED_INR = Decimal(env.str("QUOTE_FEE_FIXED_INR", default="40.00"))
+# A firm quote lives QUOTE_FIRM_TTL_S, longer on request (expire_after) up to
+# QUOTE_FIRM_MAX_TTL_S.
+QUOTE_FIRM_TTL_S = env.float("QUOTE_FIRM_TTL_S", default=600.0)
+QUOTE_FIRM_MAX_TTL_S = env.float("QUOTE_FIRM_MAX_TTL_S", default=3600.0)
+
 # Test-only switch: False makes a re-drive rebuild without looking for the stored hash
 # on chain (shows that the chain check is what prevents a second payment).
 RELEASE_CHAIN_CHECK = True

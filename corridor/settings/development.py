@@ -10,6 +10,7 @@ from .base import (
     CORRIDOR_URL,
     DATABASES,
     INSTALLED_APPS,
+    SANDBOX_URL,
     _suffix,
     env,
 )
@@ -43,6 +44,9 @@ DATABASES = {
 DATABASES["sandbox"].setdefault("CONN_MAX_AGE", 0)
 DATABASES["sandbox"]["TEST"] = {"NAME": DATABASES["sandbox"]["NAME"] + "_test" + _suffix}
 DATABASE_ROUTERS = ["sandbox.router.SandboxRouter"]
+
+# Quotes read the sandbox's moving USDC/INR feed unless told otherwise.
+QUOTE_RATE_URL = env("QUOTE_RATE_URL", default=f"{SANDBOX_URL}/fx/rates?pair=USDC-INR")
 
 # --- Sandbox (python manage.py sandbox) ---
 SANDBOX_LEDGER_CLOSE_S = env.float("SANDBOX_LEDGER_CLOSE_S", default=5.0)

@@ -1,0 +1,322 @@
+"""SEP-38 quotes through AP's ``GET /rate`` callback (anchor/quotes.py, issue 12 §2).
+
+Every answer is checked with :func:`ap_accepts`, the checks AP makes on a ``/rate``
+answer before it uses it (AP NOTES SEP31-RECEIVE.md §6.3, from
+``RestRateIntegration#validateRateResponse``): an answer that fails them is a 502 for
+the client. The firm quotes' use (exactly, once, before expiry) is
+``quotes.use_firm_quote``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+import jwt
+import pytest
+from django.db import connection
+from django.test import Client, override_settings
+from django.utils import timezone
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from anchor import quotes
+from anchor.models import FirmQuote
+from corridor.processes import free_port
+from tests.factories import FirmQuoteFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+D = Decimal
+INR = "iso4217:INR"
+DECIMALS = {INR: 2}
+
+
+def usdc() -> str:
+    return quotes.usdc_asset()
+
+
+def ap_accepts(rate: dict, asked: dict) -> list[str]:
+    """What AP's validation of a ``/rate`` answer refuses (empty: accepted). ``asked``:
+    the request's parameters."""
+    wrong = []
+    sell_asset, buy_asset = asked["sell_asset"], asked["buy_asset"]
+    places = {a: DECIMALS.get(a, 7) for a in (sell_asset, buy_asset)}
+    for name in ("price", "sell_amount", "buy_amount"):
+        if name not in rate:
+            wrong.append(f"no {name}")
+    if wrong:
+        return wrong
+    sell, buy, price = D(rate["sell_amount"]), D(rate["buy_amount"]), D(rate["price"])
+    if sell <= 0 or buy <= 0:
+        wrong.append("amounts must be positive")
+    for name, asset in (("sell_amount", sell_asset), ("buy_amount", buy_asset)):
+        if -D(rate[name]).as_tuple().exponent > places[asset]:
+            wrong.append(f"{name} has more decimals than {asset}")
+    for name in ("sell_amount", "buy_amount"):  # the amount asked for, echoed exactly
+        if name in asked and D(rate[name]) != D(asked[name]):
+            wrong.append(f"{name} {rate[name]} is not the {asked[name]} asked for")
+    fee = rate.get("fee")
+    total = D(0)
+    if fee is not None:
+        total = D(fee["total"])
+        details = fee.get("details") or []
+        if total < 0 or (total == 0 and details):
+            wrong.append("fee total")
+        if fee["asset"] not in (sell_asset, buy_asset):
+            wrong.append("fee asset not configured")
+        fee_places = places.get(fee["asset"], 7)
+        for amount in [fee["total"], *(d["amount"] for d in details)]:
+            if -D(amount).as_tuple().exponent > fee_places:
+                wrong.append(f"fee amount {amount} has too many decimals")
+        if any(D(d["amount"]) <= 0 or not d.get("name") for d in details):
+            wrong.append("a fee detail is not positive or has no name")
+        if details and sum(D(d["amount"]) for d in details) != total:
+            wrong.append("fee details do not add up to the total")
+        in_buy = fee["asset"] == buy_asset
+    else:
+        in_buy = False
+    expected = price * (buy + total) if in_buy else price * buy + total
+    if abs(sell - expected) >= D(10) ** -places[sell_asset]:
+        wrong.append(f"sell_amount {sell} != price * buy_amount + fee = {expected}")
+    return wrong
+
+
+def test_the_check_refuses_what_ap_refuses():
+    """SEP31-RECEIVE §6.3's vector: 100 USDC, 1 USDC fee, 84.50 INR per USDC, 8365.50
+    INR: a price with 10 decimals misses by 2.2e-7 (AP: 502); 12 decimals pass."""
+    asked = {"sell_asset": usdc(), "buy_asset": INR, "sell_amount": "100"}
+    answer = {"sell_amount": "100", "buy_amount": "8365.50",
+              "fee": {"total": "1", "asset": usdc(), "details": [
+                  {"name": "fee", "amount": "1"}]}}
+
+    assert ap_accepts({**answer, "price": "0.011834319527"}, asked) == []
+    assert "price * buy_amount + fee" in ap_accepts({**answer, "price": "0.0118343195"},
+                                                    asked)[0]
+    assert ap_accepts({**answer, "price": "0.011834319527", "sell_amount": "100.5"}, asked)
+    assert ap_accepts({**answer, "price": "0.011834319527", "buy_amount": "8365.505"},
+                      asked)
+
+
+@pytest.fixture
+def rate(settings):
+    """GET /callbacks/rate as AP calls it (the callback JWT), on the fixed mid rate."""
+    settings.QUOTE_RATE_URL = ""
+    token = jwt.encode({"iat": int(time.time()), "exp": int(time.time()) + 600},
+                       settings.AP_CALLBACK_AUTH_SECRET, algorithm="HS256")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    def get(**params):
+        return client.get("/callbacks/rate", params)
+
+    return get
+
+
+def test_selling_100_usdc_for_inr_echoes_the_amount_and_passes_aps_checks(rate):
+    asked = {"type": "indicative", "sell_asset": usdc(), "buy_asset": INR,
+             "sell_amount": "100"}
+    response = rate(**asked)
+
+    assert response.status_code == 200, response.json()
+    body = response.json()["rate"]
+    # 84.50 less 50 bps = 84.0775 INR per USDC, on 100 less 0.50 and 0.5% in fees.
+    assert body == {
+        "price": "0.011893789603428122473448", "sell_amount": "100.0000000",
+        "buy_amount": "8324.09",
+        "fee": {"total": "0.9950249", "asset": usdc(), "details": [
+            {"name": "Service fee", "description": "fixed fee per exchange",
+             "amount": "0.5000000"},
+            {"name": "Exchange fee", "description": "0.5% of the amount exchanged",
+             "amount": "0.4950249"}]}}
+    assert ap_accepts(body, asked) == []
+    assert not FirmQuote.objects.exists()  # indicative: nothing stored, no id
+
+
+def test_buying_8000_inr_echoes_the_inr_and_prices_the_usdc_up(rate):
+    asked = {"type": "indicative", "sell_asset": usdc(), "buy_asset": INR,
+             "buy_amount": "8000"}
+    body = rate(**asked).json()["rate"]
+
+    assert (body["buy_amount"], body["sell_amount"]) == ("8000.00", "96.1260594")
+    assert ap_accepts(body, asked) == []
+
+
+@pytest.mark.parametrize("side", ["sell_amount", "buy_amount"])
+def test_inr_for_usdc_both_ways_pass_aps_checks_with_the_fee_in_inr(rate, side):
+    amount = "10000.50" if side == "sell_amount" else "100.1234567"
+    asked = {"type": "indicative", "sell_asset": INR, "buy_asset": usdc(), side: amount}
+    body = rate(**asked).json()["rate"]
+
+    assert body["fee"]["asset"] == INR and body["fee"]["details"][0]["amount"] == "40.00"
+    assert D(body["price"]) > D("84.50")  # INR per USDC, the spread against the buyer
+    assert ap_accepts(body, asked) == []
+
+
+AMOUNTS_USDC = st.decimals(min_value=D("0.0000001"), max_value=D("100000000"), places=7)
+AMOUNTS_INR = st.decimals(min_value=D("0.01"), max_value=D("9000000000"), places=2)
+
+
+@hsettings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data(), inr_first=st.booleans(), side=st.sampled_from(["sell", "buy"]))
+def test_every_quote_passes_aps_checks_or_is_refused_with_a_reason(data, inr_first, side):
+    sell_asset, buy_asset = (INR, usdc()) if inr_first else (usdc(), INR)
+    asset = sell_asset if side == "sell" else buy_asset
+    amount = data.draw(AMOUNTS_INR if asset == INR else AMOUNTS_USDC)
+    asked = {"sell_asset": sell_asset, "buy_asset": buy_asset,
+             f"{side}_amount": f"{amount:f}"}
+    try:
+        with override_settings(QUOTE_RATE_URL=""):
+            q = quotes.quote(**asked)
+    except quotes.QuoteRefused as exc:
+        assert exc.status == 422 and side == "sell", exc  # only a sale can miss the fee
+        return
+    assert ap_accepts(q.as_rate(), asked) == []
+
+
+def test_a_firm_quote_is_stored_with_our_id_and_its_expiry(rate, settings):
+    settings.QUOTE_FIRM_TTL_S = 600
+    before = timezone.now()
+    response = rate(type="firm", sell_asset=usdc(), buy_asset=INR, sell_amount="250.5",
+                    client_id="GSENDINGANCHOR", buy_delivery_method="IMPS", country_code="IN")
+
+    body = response.json()["rate"]
+    stored = FirmQuote.objects.get(quote_id=body["id"])
+    assert (stored.sell_amount, stored.buy_amount) == (D("250.5"), D(body["buy_amount"]))
+    assert (stored.client_id, stored.buy_delivery_method) == ("GSENDINGANCHOR", "IMPS")
+    expires = datetime.fromisoformat(body["expires_at"].replace("Z", "+00:00"))
+    assert expires == stored.expires_at
+    assert timedelta(seconds=599) < expires - before < timedelta(seconds=601)
+    assert stored.price == D(body["price"]) and stored.fee_total == D(body["fee"]["total"])
+
+
+def test_expire_after_is_honoured_up_to_the_longest_hold(rate, settings):
+    settings.QUOTE_FIRM_TTL_S, settings.QUOTE_FIRM_MAX_TTL_S = 60, 3600
+    later = (timezone.now() + timedelta(minutes=30)).replace(microsecond=0)
+    wanted = later.isoformat().replace("+00:00", "Z")
+    body = rate(type="firm", sell_asset=usdc(), buy_asset=INR, sell_amount="10",
+                client_id="GA", expire_after=wanted).json()["rate"]
+    assert body["expires_at"] == wanted
+
+    too_late = (timezone.now() + timedelta(hours=2)).isoformat().replace("+00:00", "Z")
+    response = rate(type="firm", sell_asset=usdc(), buy_asset=INR, sell_amount="10",
+                    client_id="GA", expire_after=too_late)
+    assert response.status_code == 400 and "at the latest" in response.json()["error"]
+    assert FirmQuote.objects.count() == 1
+
+
+@pytest.mark.parametrize(("params", "status", "says"), [
+    ({"sell_amount": "10", "buy_amount": "800"}, 400, "exactly one"),
+    ({}, 400, "exactly one"),
+    ({"sell_amount": "10.12345678"}, 422, "more than 7 decimals"),
+    ({"sell_amount": "1e5"}, 400, "positive decimal"),
+    ({"sell_amount": "-5"}, 400, "positive decimal"),
+    ({"sell_amount": "NaN"}, 400, "positive decimal"),
+    ({"sell_amount": "0"}, 400, "above 0"),
+    ({"sell_amount": "0.50"}, 422, "does not cover the fee"),
+    ({"sell_amount": "10", "country_code": "US"}, 422, "IN only"),
+    ({"sell_amount": "10", "buy_asset": "iso4217:EUR"}, 422, "against iso4217:INR only"),
+    ({"sell_amount": "10", "type": "firm"}, 400, "client_id"),
+    ({"sell_amount": "10", "type": "firm", "client_id": "GA", "expire_after": "soon"}, 400,
+     "ISO 8601"),
+    ({"sell_amount": "10", "type": "best"}, 400, "indicative or firm"),
+    ({"sell_amount": "10", "client_id": "G\x00A"}, 400, "NUL"),
+])
+def test_a_request_that_cannot_be_quoted_gets_a_clear_error_and_stores_nothing(
+        rate, params, status, says):
+    asked = {"type": "indicative", "sell_asset": usdc(), "buy_asset": INR, **params}
+    response = rate(**asked)
+
+    assert response.status_code == status, response.json()
+    assert says in response.json()["error"]
+    assert not FirmQuote.objects.exists()
+
+
+def test_without_aps_token_or_with_another_method_nothing_is_quoted():
+    assert Client().get("/callbacks/rate", {"type": "indicative"}).status_code == 401
+    forged = jwt.encode({"exp": int(time.time()) + 60}, "not-the-secret-" * 3,
+                        algorithm="HS256")
+    assert Client(HTTP_AUTHORIZATION=f"Bearer {forged}").get(
+        "/callbacks/rate", {"type": "indicative"}).status_code == 401
+    assert Client().post("/callbacks/rate").status_code == 405
+
+
+def test_the_quote_uses_the_rate_feed_and_its_moves(rate, settings, sandbox):
+    """The sandbox's feed at a fixed moment (``at``: a quarter period, the top of its
+    swing, 84.50 * 1.002 = 84.669) is the mid the firm quote is priced and stored with."""
+    settings.QUOTE_RATE_URL = f"{sandbox.url}/fx/rates?pair=USDC-INR&at=75"
+    body = rate(type="firm", sell_asset=usdc(), buy_asset=INR, sell_amount="100",
+                client_id="GA").json()["rate"]
+
+    stored = FirmQuote.objects.get(quote_id=body["id"])
+    assert stored.mid_rate == D("84.669")
+    assert D(body["buy_amount"]) == (D("99.0049751") * D("84.669") * D("0.995")).quantize(
+        D("0.01"), rounding="ROUND_DOWN")
+    feed = sandbox.http.get("/fx/rates", params={"pair": "USDC-INR", "at": 225}).json()
+    assert feed["mid"] == "84.3310"  # three quarters: the bottom of the swing
+
+
+def test_with_the_rate_source_down_the_answer_is_503_and_nothing_is_stored(rate, settings):
+    settings.QUOTE_RATE_URL = f"http://127.0.0.1:{free_port()}/fx/rates"
+    settings.HTTP_TIMEOUT_S = 1
+    response = rate(type="firm", sell_asset=usdc(), buy_asset=INR, sell_amount="100",
+                    client_id="GA")
+
+    assert response.status_code == 503 and "no exchange rate" in response.json()["error"]
+    assert not FirmQuote.objects.exists()
+
+
+# --- a firm quote honoured: exactly, once, before it expires ----------------------------
+
+def _use(quote: FirmQuote, tx: str = "tx-1", amount: Decimal | None = None):
+    return quotes.use_firm_quote(quote.quote_id, transaction_id=tx,
+                                 sell_asset=quote.sell_asset, buy_asset=quote.buy_asset,
+                                 sell_amount=quote.sell_amount if amount is None else amount)
+
+
+def test_a_firm_quote_is_used_once_for_its_exact_amount():
+    quote = FirmQuoteFactory()
+
+    with pytest.raises(quotes.QuoteRefused, match="is for 100"):
+        _use(quote, amount=D("100.0000001"))
+    used = _use(quote)
+    assert (used.transaction_id, used.buy_amount) == ("tx-1", D("8323.67"))
+    with pytest.raises(quotes.QuoteRefused, match="was used by tx-1"):
+        _use(quote, tx="tx-2")
+    with pytest.raises(quotes.QuoteRefused, match="not one of Corridor's"):
+        quotes.use_firm_quote("q-unknown", transaction_id="tx-3", sell_asset=usdc(),
+                              buy_asset=INR, sell_amount=D("100"))
+
+
+def test_an_expired_firm_quote_is_refused():
+    quote = FirmQuoteFactory(expires_at=timezone.now() - timedelta(milliseconds=1))
+
+    with pytest.raises(quotes.QuoteRefused, match="expired"):
+        _use(quote)
+    assert FirmQuote.objects.get(pk=quote.pk).used_at is None
+
+
+def test_two_flows_racing_for_one_firm_quote_one_wins():
+    quote = FirmQuoteFactory()
+    barrier, outcomes = threading.Barrier(2), []
+
+    def take(tx):
+        try:
+            barrier.wait(5)
+            outcomes.append(_use(quote, tx=tx).transaction_id)
+        except quotes.QuoteRefused as exc:
+            outcomes.append(str(exc))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=take, args=(f"tx-{i}",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+
+    winners = [o for o in outcomes if o.startswith("tx-")]
+    assert len(winners) == 1 and len(outcomes) == 2, outcomes
+    assert FirmQuote.objects.get(pk=quote.pk).transaction_id == winners[0]
