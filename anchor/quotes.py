@@ -16,11 +16,12 @@ Pricing (:func:`quote`):
   transaction's, and ``notify_refund_sent`` demands it): ``QUOTE_FEE_FIXED_USDC`` or
   ``QUOTE_FEE_FIXED_INR`` plus ``QUOTE_FEE_PERCENT`` of the amount exchanged, each a
   ``fee.details`` entry when not zero, rounded to the sell asset's decimals;
-- the amount asked for is echoed exactly; the other is rounded in Corridor's favour to
-  its asset's decimals (USDC 7, INR 2); ``price`` (sell units per one buy unit, fees
-  excluded) is computed from the two rounded amounts with 24 decimals, so that AP's
-  check ``|sell_amount - (price * buy_amount + fee)| < 10^-d`` (SEP31-RECEIVE §6.3 rule
-  5, ``d`` the sell asset's decimals) holds by construction.
+- the amount asked for is echoed exactly as its text (AP compares it); the other is
+  rounded in Corridor's favour to its asset's decimals (USDC 7, INR 2); ``price``
+  (sell units per one buy unit, fees excluded) is computed from the two rounded
+  amounts with 24 decimals, so that AP's check
+  ``|sell_amount - (price * buy_amount + fee)| < 10^-d`` (SEP31-RECEIVE §6.3 rule 5,
+  ``d`` the sell asset's decimals) holds by construction.
 
 A firm quote (``type=firm``) is stored (:class:`anchor.models.FirmQuote`) with an ``id``
 of ours and ``expires_at`` (``QUOTE_FIRM_TTL_S``, or later when ``expire_after`` asks,
@@ -90,6 +91,8 @@ class Quote:
     mid_rate: Decimal = Decimal(0)
     quote_id: str = ""
     expires_at: datetime | None = None
+    # The amount asked for, as its text: echoed verbatim (AP compares it, §6.3 rule 3).
+    echo: tuple[str, str] | None = None
 
     def as_rate(self) -> dict:
         """The JSON ``rate`` object: amounts as strings with their asset's decimals."""
@@ -101,6 +104,8 @@ class Quote:
                         "asset": self.sell_asset,
                         "details": [{**d, "amount": _text(d["amount"], sell_places)}
                                     for d in self.fee_details]}}
+        if self.echo is not None:
+            rate[self.echo[0]] = self.echo[1]
         if self.quote_id:
             rate["id"] = self.quote_id
             rate["expires_at"] = self.expires_at.isoformat().replace("+00:00", "Z")
@@ -206,9 +211,11 @@ def _quote(*, sell_asset: str, buy_asset: str, sell_amount: str | None,
                                     "exchanged", variable)) if amount > 0]
     fee = fixed + variable
     price = ((sell - fee) / buy).quantize(Decimal(10) ** -PRICE_DECIMALS)
+    echo = ("sell_amount", sell_amount) if sell_amount is not None else \
+        ("buy_amount", buy_amount)
     return Quote(sell_asset=sell_asset, buy_asset=buy_asset, sell_amount=sell,
                  buy_amount=buy, price=price, fee_total=fee, fee_details=details,
-                 mid_rate=mid)
+                 mid_rate=mid, echo=echo)
 
 
 def firm_expiry(expire_after: str | None) -> datetime:

@@ -9,6 +9,7 @@ the client. The firm quotes' use (exactly, once, before expiry) is
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import datetime, timedelta
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 from anchor import quotes
 from anchor.models import FirmQuote
 from corridor.processes import free_port
+from tests.conftest import reference_path
 from tests.factories import FirmQuoteFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,7 +59,7 @@ def ap_accepts(rate: dict, asked: dict) -> list[str]:
         if -D(rate[name]).as_tuple().exponent > places[asset]:
             wrong.append(f"{name} has more decimals than {asset}")
     for name in ("sell_amount", "buy_amount"):  # the amount asked for, echoed exactly
-        if name in asked and D(rate[name]) != D(asked[name]):
+        if name in asked and rate[name] != asked[name]:
             wrong.append(f"{name} {rate[name]} is not the {asked[name]} asked for")
     fee = rate.get("fee")
     total = D(0)
@@ -124,7 +126,7 @@ def test_selling_100_usdc_for_inr_echoes_the_amount_and_passes_aps_checks(rate):
     body = response.json()["rate"]
     # 84.50 less 50 bps = 84.0775 INR per USDC, on 100 less 0.50 and 0.5% in fees.
     assert body == {
-        "price": "0.011893789603428122473448", "sell_amount": "100.0000000",
+        "price": "0.011893789603428122473448", "sell_amount": "100",
         "buy_amount": "8324.09",
         "fee": {"total": "0.9950249", "asset": usdc(), "details": [
             {"name": "Service fee", "description": "fixed fee per exchange",
@@ -135,12 +137,30 @@ def test_selling_100_usdc_for_inr_echoes_the_amount_and_passes_aps_checks(rate):
     assert not FirmQuote.objects.exists()  # indicative: nothing stored, no id
 
 
+def test_the_answer_has_the_shape_of_aps_example(rate):
+    example = json.loads(reference_path(
+        "anchor-platform", "examples", "callback-get-rate-indicative.response.json")
+        .read_text())
+    body = rate(type="indicative", sell_asset=usdc(), buy_asset=INR,
+                sell_amount="100").json()
+
+    def shape(value):
+        if isinstance(value, dict):
+            return {k: shape(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [shape(value[0])] if value else []
+        return type(value).__name__
+
+    assert shape(body) == {"rate": {**shape(example["rate"]), "fee": {
+        **shape(example["rate"]["fee"]), "details": shape(example["rate"]["fee"]["details"])}}}
+
+
 def test_buying_8000_inr_echoes_the_inr_and_prices_the_usdc_up(rate):
     asked = {"type": "indicative", "sell_asset": usdc(), "buy_asset": INR,
              "buy_amount": "8000"}
     body = rate(**asked).json()["rate"]
 
-    assert (body["buy_amount"], body["sell_amount"]) == ("8000.00", "96.1260594")
+    assert (body["buy_amount"], body["sell_amount"]) == ("8000", "96.1260594")
     assert ap_accepts(body, asked) == []
 
 
