@@ -17,6 +17,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
+from stellar_sdk import Keypair
 
 from anchor import deposits, platform, reconciler
 from anchor.models import DepositPayment, DepositRelease
@@ -39,6 +40,7 @@ from tests.factories import (
     StellarReceiptFactory,
     WithdrawalPayoutFactory,
     WithdrawalRefundFactory,
+    WithdrawalRequestFactory,
 )
 from tests.flows import (
     Customer,
@@ -400,6 +402,29 @@ def test_a_payout_just_past_the_window_is_the_pollers_until_two_polls_later(sett
 
     assert aged(20.5) == 0  # past the window: the poller's next pass raises it
     assert aged(22.5) == 1  # two polls later and still processing: nobody has it
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("request_memo_type", "owned"), [
+    ("id", True), ("", True),  # the same memo_type, or none (AP's default "id")
+    ("text", False), (None, False)])  # another memo_type, or no withdrawal at all
+def test_a_receipt_is_owned_by_an_open_withdrawal_with_its_memo(settings, request_memo_type,
+                                                                 owned):
+    """The two ways a withdrawal awaiting its payout owns a receipt under its memo; a
+    withdrawal that has its payout owns none (``awaits_payout`` false)."""
+    settings.STRANDED_RECEIPT_S = 1.0
+    old = timezone.now() - timedelta(seconds=5)
+    StellarReceiptFactory(memo="77001", memo_type="id", created_at=old,
+                          from_account=Keypair.random().public_key,
+                          to_account=receipts.withdraw_account(), asset=receipts.usdc_asset())
+    if request_memo_type is not None:
+        WithdrawalRequestFactory(memo="77001", memo_type=request_memo_type)
+    assert stranded_counts()["receipt_unconsumed"] == (0 if owned else 1)
+
+    if owned:  # its payout claimed: the withdrawal no longer owns the receipt
+        request = WithdrawalRequest.objects.get(memo="77001")
+        WithdrawalPayoutFactory(transaction_id=request.transaction_id, status="processing")
+        assert stranded_counts()["receipt_unconsumed"] == 1
 
 
 def test_without_the_classifier_an_unknown_memo_is_stranded(sbx, fast):
