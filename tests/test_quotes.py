@@ -23,6 +23,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
+from stellar_sdk import Keypair
 
 from anchor import quotes
 from anchor.models import FirmQuote
@@ -340,3 +341,75 @@ def test_two_flows_racing_for_one_firm_quote_one_wins():
     winners = [o for o in outcomes if o.startswith("tx-")]
     assert len(winners) == 1 and len(outcomes) == 2, outcomes
     assert FirmQuote.objects.get(pk=quote.pk).transaction_id == winners[0]
+
+
+# --- through the sandbox AP: a wallet's SEP-38 calls reach GET /rate ------------------
+
+def _wallet_token(sandbox) -> tuple[str, dict]:
+    account = Keypair.random().public_key
+    token = sandbox.http.post("/ap/sep/auth", json={"account": account}).json()["token"]
+    return account, {"Authorization": f"Bearer {token}"}
+
+
+def test_a_wallets_firm_quote_through_ap_is_ours_and_only_its_creators(sandbox):
+    account, auth = _wallet_token(sandbox)
+    response = sandbox.http.post("/ap/sep/sep38/quote", headers=auth, json={
+        "sell_asset": usdc(), "buy_asset": INR, "sell_amount": "100", "context": "sep31"})
+
+    assert response.status_code == 201, response.text
+    body = response.json()
+    stored = FirmQuote.objects.get(quote_id=body["id"])  # AP keeps the id we gave
+    assert stored.client_id == account and stored.sell_amount == D("100")
+    assert (body["sell_amount"], body["buy_amount"]) == ("100.0000000",
+                                                         f"{stored.buy_amount:.2f}")
+    assert D(body["total_price"]) == (D(100) / stored.buy_amount).quantize(D("1e-10"))
+    assert body["fee"]["asset"] == usdc()
+    assert sandbox.http.get(f"/ap/sep/sep38/quote/{body['id']}", headers=auth).json() == body
+    _, other = _wallet_token(sandbox)
+    assert sandbox.http.get(f"/ap/sep/sep38/quote/{body['id']}",
+                            headers=other).status_code == 404
+    # AP publishes quote_created; Corridor records it and has nothing to do.
+    from anchor.models import InboundEvent
+    from tests.flows import wait_for
+
+    event = wait_for(lambda: InboundEvent.objects.filter(event_type="quote_created").first(),
+                     timeout=15, what="quote_created delivered")
+    assert event.outcome == "ignored"
+
+
+def test_prices_and_price_through_ap(sandbox):
+    _, auth = _wallet_token(sandbox)
+    prices = sandbox.http.get("/ap/sep/sep38/prices", params={
+        "sell_asset": usdc(), "sell_amount": "100"}).json()
+    assert [(p["asset"], p["decimals"]) for p in prices["buy_assets"]] == [(INR, 2)]
+
+    price = sandbox.http.get("/ap/sep/sep38/price", headers=auth, params={
+        "sell_asset": usdc(), "buy_asset": INR, "buy_amount": "8000", "context": "sep31"})
+    assert price.status_code == 200, price.text
+    assert price.json()["buy_amount"] == "8000.00"
+    wrong = sandbox.http.get("/ap/sep/sep38/price", params={
+        "sell_asset": usdc(), "buy_asset": INR, "buy_amount": "8000", "context": "sep24"})
+    assert (wrong.status_code, wrong.json()["error"]) == (
+        400, "Unsupported context. Should be one of [sep6, sep31].")
+    assert not FirmQuote.objects.exists()  # indicative all along
+
+
+def test_our_refusal_reaches_the_wallet_as_a_400_with_our_reason(sandbox):
+    _, auth = _wallet_token(sandbox)
+    response = sandbox.http.post("/ap/sep/sep38/quote", headers=auth, json={
+        "sell_asset": usdc(), "buy_asset": INR, "sell_amount": "0.4", "context": "sep31"})
+
+    assert response.status_code == 400
+    assert "does not cover the fee" in response.json()["error"]
+
+
+def test_with_a_10_decimal_price_ap_refuses_the_answer_with_a_502(sandbox, monkeypatch):
+    """The 24 decimals of ``price`` are what makes AP's rule 5 hold: cut to 10 (the
+    protection off), the quote of 100 USDC misses by more than 1e-7 and AP answers 502."""
+    monkeypatch.setattr(quotes, "PRICE_DECIMALS", 10)
+    _, auth = _wallet_token(sandbox)
+    response = sandbox.http.post("/ap/sep/sep38/quote", headers=auth, json={
+        "sell_asset": usdc(), "buy_asset": INR, "sell_amount": "100", "context": "sep31"})
+
+    assert response.status_code == 502, response.text
+    assert "rate.price" in response.json()["error"]

@@ -150,3 +150,30 @@ class ApObservedPayment(models.Model):
     class Meta:
         db_table = "sandbox_ap_observed_payments"
         indexes = [models.Index(fields=["transaction_id"])]
+
+
+class ApQuote(models.Model):
+    """A firm SEP-38 quote as AP stores it from the anchor's ``GET /rate`` answer (AP
+    table ``exchange_quote``, SEP31-RECEIVE.md §6.4): the anchor's ``id``, the amounts
+    re-formatted to the assets' decimals, ``expires_at``, the fee, and the creator's
+    SEP-10 account and memo. ``transaction_id`` stays empty (AP 4.3.0 links none)."""
+
+    id = models.CharField(max_length=64, primary_key=True)
+    context = models.CharField(max_length=8)
+    sell_asset = models.CharField(max_length=100)
+    sell_amount = models.CharField(max_length=40)
+    sell_delivery_method = models.CharField(max_length=40, blank=True, default="")
+    buy_asset = models.CharField(max_length=100)
+    buy_amount = models.CharField(max_length=40)
+    buy_delivery_method = models.CharField(max_length=40, blank=True, default="")
+    price = models.CharField(max_length=60)
+    total_price = models.CharField(max_length=60)
+    fee = models.JSONField()
+    expires_at = models.DateTimeField()
+    created_at = models.DateTimeField()
+    creator_account = models.CharField(max_length=69)
+    creator_memo = models.CharField(max_length=64, blank=True, default="")
+    transaction_id = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        db_table = "sandbox_ap_quotes"

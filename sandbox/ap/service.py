@@ -16,7 +16,7 @@ import threading
 from django.db import transaction
 
 from sandbox.ap import events, observer
-from sandbox.ap.models import ApEvent, ApTransaction
+from sandbox.ap.models import ApEvent, ApQuote, ApTransaction
 
 DB = "sandbox"
 
@@ -34,9 +34,10 @@ def background(stop: threading.Event) -> None:
 
 
 def reset() -> None:
-    """Empty the AP stand-in: every transaction and every event, delivered or not, and
+    """Empty the AP stand-in: every transaction, quote and event, delivered or not, and
     the observer's cursor and observations (it restarts from the latest payment)."""
     with transaction.atomic(using=DB):
         ApEvent.objects.using(DB).all().delete()
         ApTransaction.objects.using(DB).all().delete()
+        ApQuote.objects.using(DB).all().delete()
         observer.reset_state()

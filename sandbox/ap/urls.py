@@ -16,6 +16,11 @@ urlpatterns = [
     path("sep/transactions/deposit/interactive", views.deposit_interactive_view),
     path("sep/transactions/withdraw/interactive", views.withdraw_interactive_view),
     path("sep/transaction", views.sep_transaction_view),
+    path("sep/sep38/info", views.sep38_info_view),
+    path("sep/sep38/prices", views.sep38_prices_view),
+    path("sep/sep38/price", views.sep38_price_view),
+    path("sep/sep38/quote", views.sep38_quote_view),
+    path("sep/sep38/quote/<str:quote_id>", views.sep38_quote_get_view),
     # Sandbox-only inspection.
     path("sandbox/events", views.events_view),
     path("sandbox/observer", views.observer_view),

@@ -29,7 +29,7 @@ from django.conf import settings
 from django.http import HttpResponseNotAllowed, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from sandbox.ap import listing, rpc, sep
+from sandbox.ap import listing, rpc, sep, sep38
 from sandbox.ap.models import ApEvent, ApObservedPayment, ApObserverState, ApTransaction
 from sandbox.ap.objects import instant, platform_object, sep24_object
 from sandbox.control import faults
@@ -213,6 +213,51 @@ def sep_transaction_view(request):
     except sep.SepError as exc:
         return _sep_error(exc)
     return JsonResponse({"transaction": sep24_object(txn)})
+
+
+def _optional_auth(request) -> sep.WebAuth | None:
+    header = request.headers.get("Authorization")
+    return sep.read_token(header) if header else None
+
+
+def _sep38(request, method: str, answer):
+    if request.method != method:
+        return HttpResponseNotAllowed([method])
+    try:
+        return answer()
+    except sep.SepError as exc:
+        return _sep_error(exc)
+
+
+def sep38_info_view(request):
+    """``GET /ap/sep/sep38/info``."""
+    return _sep38(request, "GET", lambda: JsonResponse(sep38.info()))
+
+
+def sep38_prices_view(request):
+    """``GET /ap/sep/sep38/prices``."""
+    return _sep38(request, "GET", lambda: JsonResponse(
+        sep38.prices(request.GET.dict(), _optional_auth(request))))
+
+
+def sep38_price_view(request):
+    """``GET /ap/sep/sep38/price``."""
+    return _sep38(request, "GET", lambda: JsonResponse(
+        sep38.price(request.GET.dict(), _optional_auth(request))))
+
+
+@csrf_exempt
+def sep38_quote_view(request):
+    """``POST /ap/sep/sep38/quote`` (SEP-10 token): 201 with the firm quote."""
+    return _sep38(request, "POST", lambda: JsonResponse(
+        sep38.post_quote(_fields(request), sep.read_token(request.headers.get("Authorization"))),
+        status=201))
+
+
+def sep38_quote_get_view(request, quote_id: str):
+    """``GET /ap/sep/sep38/quote/{id}`` (SEP-10 token of its creator)."""
+    return _sep38(request, "GET", lambda: JsonResponse(
+        sep38.get_quote(quote_id, sep.read_token(request.headers.get("Authorization")))))
 
 
 # ------------------------------------------------------------------------- sandbox only
