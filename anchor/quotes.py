@@ -53,7 +53,7 @@ INR = "iso4217:INR"
 DECIMALS_INR = 2
 DECIMALS_USDC = 7
 PRICE_DECIMALS = 24
-AMOUNT = re.compile(r"^(0|[1-9][0-9]{0,14})(\.[0-9]{1,20})?$")
+AMOUNT = re.compile(r"(0|[1-9][0-9]{0,14})(\.[0-9]{1,20})?")
 MAX_AMOUNT = Decimal("1e12")
 
 
@@ -125,14 +125,16 @@ def parse_amount(text: str | None, asset: str, name: str) -> Decimal:
     """A positive amount of ``asset`` as a request parameter: plain decimal digits, no
     sign, exponent or more decimals than the asset has (AP echoes it and refuses an
     answer with more, SEP31-RECEIVE §6.3 rules 2-3). Raises QuoteRefused."""
-    if text is None or not AMOUNT.match(text):
+    match = AMOUNT.fullmatch(text or "")
+    if match is None:
         raise QuoteRefused(f"{name} must be a positive decimal number such as 100.50",
                            status=400)
     amount = Decimal(text)
     if amount <= 0 or amount >= MAX_AMOUNT:
         raise QuoteRefused(f"{name} must be above 0 and below {MAX_AMOUNT:f}", status=400)
     places = decimals(asset)
-    if amount != amount.quantize(Decimal(10) ** -places):
+    # The text's own decimals, trailing zeros included: it is echoed as it came.
+    if len(match.group(2) or ".") - 1 > places:
         raise QuoteRefused(f"{name} has more than {places} decimals, the most {asset} has")
     return amount
 
@@ -247,14 +249,20 @@ def firm_quote(q: Quote, *, client_id: str, expire_after: str | None,
     SEP-10 account or client name); returns it with its ``id`` and ``expires_at``."""
     if not client_id:
         raise QuoteRefused("a firm quote needs the client_id AP authenticated", status=400)
+    for name, value in (("client_id", client_id), ("sell_delivery_method", sell_delivery_method),
+                        ("buy_delivery_method", buy_delivery_method),
+                        ("country_code", country_code)):
+        limit = FirmQuote._meta.get_field(name).max_length
+        if len(value) > limit:
+            raise QuoteRefused(f"{name} is longer than {limit} characters", status=400)
     expires = firm_expiry(expire_after)
     stored = FirmQuote.objects.create(
-        quote_id=str(uuid.uuid4()), client_id=client_id[:100], sell_asset=q.sell_asset,
+        quote_id=str(uuid.uuid4()), client_id=client_id, sell_asset=q.sell_asset,
         buy_asset=q.buy_asset, sell_amount=q.sell_amount, buy_amount=q.buy_amount,
         price=q.price, fee_total=q.fee_total, fee_asset=q.sell_asset,
         fee_details=[{**d, "amount": str(d["amount"])} for d in q.fee_details],
-        sell_delivery_method=sell_delivery_method[:40],
-        buy_delivery_method=buy_delivery_method[:40], country_code=country_code[:2],
+        sell_delivery_method=sell_delivery_method,
+        buy_delivery_method=buy_delivery_method, country_code=country_code,
         mid_rate=q.mid_rate.quantize(Decimal("1e-8")), expires_at=expires)
     q.quote_id, q.expires_at = stored.quote_id, stored.expires_at
     return q

@@ -467,6 +467,7 @@ RATE_PARAMS = ("type", "client_id", "sell_asset", "buy_asset", "sell_amount", "b
                "country_code", "expire_after", "sell_delivery_method", "buy_delivery_method")
 
 
+@csrf_exempt
 def ap_rate(request):
     """``GET /callbacks/rate`` (AP callback API ``getRates``; anchor/quotes.py has the
     pricing): 200 ``{"rate": {...}}``; ``type=firm`` adds ``id`` and ``expires_at`` and

@@ -38,10 +38,8 @@ def rates_view(request):
                             status=404)
     try:
         moment = float(request.GET.get("at", time.time()))
-        if not math.isfinite(moment):
-            raise ValueError
-    except ValueError:
-        return JsonResponse({"error": "at must be unix seconds"}, status=400)
-    return JsonResponse({"pair": PAIR, "mid": f"{mid_at(moment):f}",
-                         "as_of": datetime.fromtimestamp(moment, UTC).isoformat()
-                         .replace("+00:00", "Z")})
+        as_of = datetime.fromtimestamp(moment, UTC).isoformat().replace("+00:00", "Z")
+    except (ValueError, OverflowError, OSError):
+        return JsonResponse({"error": "at must be unix seconds between years 1 and 9999"},
+                            status=400)
+    return JsonResponse({"pair": PAIR, "mid": f"{mid_at(moment):f}", "as_of": as_of})

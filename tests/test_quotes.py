@@ -232,6 +232,12 @@ def test_expire_after_is_honoured_up_to_the_longest_hold(rate, settings):
     ({"sell_amount": "10", "buy_amount": "800"}, 400, "exactly one"),
     ({}, 400, "exactly one"),
     ({"sell_amount": "10.12345678"}, 422, "more than 7 decimals"),
+    ({"sell_amount": "5.00000000"}, 422, "more than 7 decimals"),  # echoed as sent
+    ({"sell_amount": "100\n"}, 400, "positive decimal"),
+    ({"sell_amount": "10", "type": "firm", "client_id": "G" * 101}, 400,
+     "client_id is longer than 100"),
+    ({"sell_amount": "10", "type": "firm", "client_id": "GA",
+      "buy_delivery_method": "x" * 41}, 400, "buy_delivery_method is longer than 40"),
     ({"sell_amount": "1e5"}, 400, "positive decimal"),
     ({"sell_amount": "-5"}, 400, "positive decimal"),
     ({"sell_amount": "NaN"}, 400, "positive decimal"),
@@ -261,7 +267,7 @@ def test_without_aps_token_or_with_another_method_nothing_is_quoted():
                         algorithm="HS256")
     assert Client(HTTP_AUTHORIZATION=f"Bearer {forged}").get(
         "/callbacks/rate", {"type": "indicative"}).status_code == 401
-    assert Client().post("/callbacks/rate").status_code == 405
+    assert Client().post("/callbacks/rate").status_code == 405  # not a CSRF page
 
 
 def test_the_quote_uses_the_rate_feed_and_its_moves(rate, settings, sandbox):
@@ -277,6 +283,8 @@ def test_the_quote_uses_the_rate_feed_and_its_moves(rate, settings, sandbox):
         D("0.01"), rounding="ROUND_DOWN")
     feed = sandbox.http.get("/fx/rates", params={"pair": "USDC-INR", "at": 225}).json()
     assert feed["mid"] == "84.3310"  # three quarters: the bottom of the swing
+    for at in ("1e20", "-1e12", "nan", "inf", "soon"):
+        assert sandbox.http.get("/fx/rates", params={"at": at}).status_code == 400
 
 
 def test_with_the_rate_source_down_the_answer_is_503_and_nothing_is_stored(rate, settings):
@@ -392,6 +400,16 @@ def test_prices_and_price_through_ap(sandbox):
     assert (wrong.status_code, wrong.json()["error"]) == (
         400, "Unsupported context. Should be one of [sep6, sep31].")
     assert not FirmQuote.objects.exists()  # indicative all along
+
+
+def test_ap_refuses_a_long_delivery_method_and_a_nul_quote_id_cleanly(sandbox):
+    _, auth = _wallet_token(sandbox)
+    response = sandbox.http.post("/ap/sep/sep38/quote", headers=auth, json={
+        "sell_asset": usdc(), "buy_asset": INR, "sell_amount": "100", "context": "sep31",
+        "buy_delivery_method": "x" * 41})
+    assert response.status_code == 400 and "delivery method" in response.json()["error"]
+    assert sandbox.http.get("/ap/sep/sep38/quote/a%00b", headers=auth).status_code == 404
+    assert not FirmQuote.objects.exists()
 
 
 def test_our_refusal_reaches_the_wallet_as_a_400_with_our_reason(sandbox):

@@ -83,6 +83,11 @@ def _checked_request(q: dict, *, contexts: tuple[str, ...] | None) -> None:
     _amount(q.get("buy_amount"), "buy_amount")
     if contexts is not None and q.get("context") not in contexts:
         raise SepError(400, f"Unsupported context. Should be one of [{', '.join(contexts)}].")
+    for name in ("sell_delivery_method", "buy_delivery_method"):
+        limit = ApQuote._meta.get_field(name).max_length
+        if len(q.get(name) or "") > limit or "\x00" in (q.get(name) or ""):
+            raise SepError(400, f"{name} is not a delivery method (at most {limit} "
+                                "characters, no NUL)")
 
 
 def call_rate(params: dict) -> dict:
@@ -239,8 +244,8 @@ def quote_object(quote: ApQuote) -> dict:
 
 
 def get_quote(quote_id: str, auth: WebAuth) -> dict:
-    quote = ApQuote.objects.using(DB).filter(pk=quote_id[:64],
-                                             creator_account=auth.account).first()
+    quote = None if "\x00" in quote_id else ApQuote.objects.using(DB).filter(
+        pk=quote_id[:64], creator_account=auth.account).first()
     if quote is None:
         raise SepError(404, f"quote(id={quote_id[:64]}) was not found.")
     return quote_object(quote)

@@ -229,17 +229,20 @@ def _sep38(request, method: str, answer):
         return _sep_error(exc)
 
 
+@csrf_exempt
 def sep38_info_view(request):
     """``GET /ap/sep/sep38/info``."""
     return _sep38(request, "GET", lambda: JsonResponse(sep38.info()))
 
 
+@csrf_exempt
 def sep38_prices_view(request):
     """``GET /ap/sep/sep38/prices``."""
     return _sep38(request, "GET", lambda: JsonResponse(
         sep38.prices(request.GET.dict(), _optional_auth(request))))
 
 
+@csrf_exempt
 def sep38_price_view(request):
     """``GET /ap/sep/sep38/price``."""
     return _sep38(request, "GET", lambda: JsonResponse(
@@ -254,6 +257,7 @@ def sep38_quote_view(request):
         status=201))
 
 
+@csrf_exempt
 def sep38_quote_get_view(request, quote_id: str):
     """``GET /ap/sep/sep38/quote/{id}`` (SEP-10 token of its creator)."""
     return _sep38(request, "GET", lambda: JsonResponse(
