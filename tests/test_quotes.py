@@ -421,9 +421,12 @@ def test_our_refusal_reaches_the_wallet_as_a_400_with_our_reason(sandbox):
     assert "does not cover the fee" in response.json()["error"]
 
 
-def test_with_a_10_decimal_price_ap_refuses_the_answer_with_a_502(sandbox, monkeypatch):
+def test_with_a_10_decimal_price_ap_refuses_the_answer_with_a_502(sandbox, monkeypatch,
+                                                                   settings):
     """The 24 decimals of ``price`` are what makes AP's rule 5 hold: cut to 10 (the
-    protection off), the quote of 100 USDC misses by more than 1e-7 and AP answers 502."""
+    protection off), the quote of 100 USDC at the feed's 84.669 (pinned: whether 10
+    decimals miss depends on the rate) misses by 3.8e-7, over 1e-7, and AP answers 502."""
+    settings.QUOTE_RATE_URL = f"{sandbox.url}/fx/rates?pair=USDC-INR&at=75"
     monkeypatch.setattr(quotes, "PRICE_DECIMALS", 10)
     _, auth = _wallet_token(sandbox)
     response = sandbox.http.post("/ap/sep/sep38/quote", headers=auth, json={
