@@ -47,6 +47,7 @@ class DepositRelease(StatusMachine, models.Model):
         NO_TRUST = "op_no_trust", "destination has no trustline"
 
     OPEN_STATUSES = (Status.SUBMITTING, Status.SUBMITTED, Status.FAILED)
+    REASON_STATUSES = frozenset({Status.MANUAL_REVIEW})
     TRANSITIONS = {
         Status.SUBMITTING: frozenset({Status.SUBMITTING, Status.SUBMITTED, Status.FAILED,
                                       Status.MANUAL_REVIEW}),

@@ -573,12 +573,9 @@ def _set_status(release: DepositRelease, status: str, error: str, **fields) -> b
 
 
 def _note(release: DepositRelease, error: str) -> None:
-    """Record why a drive stopped (bumps updated_at: the reconciler looks again after
-    its age threshold); never over the reason of a release in review (a late note of a
-    call that began before the row went there)."""
-    DepositRelease.objects.filter(pk=release.pk).exclude(
-        status=DepositRelease.Status.MANUAL_REVIEW).update(last_error=error[:2000],
-                                                           updated_at=timezone.now())
+    """Record why a drive stopped (``StatusMachine.note``: the reconciler looks again
+    after its age threshold)."""
+    DepositRelease.note(release.pk, error)
 
 
 # --- operator helpers (anchor/operations.py: the console's "re-drive") ---------------

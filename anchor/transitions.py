@@ -38,6 +38,20 @@ class StatusMachine:
 
     TRANSITIONS: ClassVar[Mapping[str, frozenset[str]]] = {}
     RESET_ON_TRANSITION: ClassVar[Mapping[str, Any]] = {}
+    # Statuses whose ``last_error`` is the reason the operators' queue shows
+    # (sagas.ReviewItem): :meth:`note` never writes over it.
+    REASON_STATUSES: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def note(cls, pk: int, error: str) -> bool:
+        """Record on row ``pk`` why a drive stopped (``last_error``, cut to 2000
+        characters; ``updated_at`` bumped, so an age-based sweep looks again later),
+        unless the row is in one of ``REASON_STATUSES``: a late note, from a call that
+        began before the row went there, must not replace the reason a person reads
+        (``make chaos`` found a failed payout shown as "outcome unknown"). Returns
+        whether it wrote."""
+        rows = cls.objects.filter(pk=pk).exclude(status__in=cls.REASON_STATUSES)
+        return rows.update(last_error=error[:2000], updated_at=timezone.now()) == 1
 
     @classmethod
     def check_transition(cls, from_statuses: Iterable[str], to: str) -> tuple[str, ...]:

@@ -278,15 +278,8 @@ def _to_review(payout: WithdrawalPayout, reason: str) -> WithdrawalPayout:
     return _fresh(payout)
 
 
-# States whose ``last_error`` is the reason the operators' queue shows (sagas.ReviewItem):
-# a worker's passing note, written late by a call that began before the state changed,
-# never overwrites it (``make chaos`` found a "failed" shown as "outcome unknown").
-_REASON_KEPT = (Status.FAILED, Status.REVERSED, Status.MANUAL_REVIEW)
-
-
 def _note(payout: WithdrawalPayout, error: str) -> None:
-    WithdrawalPayout.objects.filter(pk=payout.pk).exclude(status__in=_REASON_KEPT).update(
-        last_error=error[:2000], updated_at=timezone.now())
+    WithdrawalPayout.note(payout.pk, error)
 
 
 def _fresh(payout: WithdrawalPayout) -> WithdrawalPayout:

@@ -110,6 +110,8 @@ class WithdrawalPayout(StatusMachine, models.Model):
         MANUAL_REVIEW = "manual_review"
         REVERSED = "reversed"
 
+    # Failed and reversed payouts are in the operators' queue too (sagas.ReviewItem).
+    REASON_STATUSES = frozenset({Status.FAILED, Status.REVERSED, Status.MANUAL_REVIEW})
     TRANSITIONS = {
         Status.PROCESSING: frozenset({Status.COMPLETED, Status.FAILED, Status.REVERSED,
                                       Status.MANUAL_REVIEW}),
@@ -273,6 +275,7 @@ class WithdrawalRefund(StatusMachine, models.Model):
     # failed, refused, fate unknown too long); submitted -> completed (AP accepted, or a
     # receipt's refund) | manual_review (AP refused). A rebuilt envelope stays
     # ``submitting`` (no status change).
+    REASON_STATUSES = frozenset({Status.MANUAL_REVIEW})
     TRANSITIONS = {
         Status.SUBMITTING: frozenset({Status.SUBMITTED, Status.MANUAL_REVIEW}),
         Status.SUBMITTED: frozenset({Status.COMPLETED, Status.MANUAL_REVIEW}),

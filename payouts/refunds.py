@@ -226,8 +226,4 @@ def _set(refund: WithdrawalRefund, status: str, error: str) -> bool:
 
 
 def _note(refund: WithdrawalRefund, error: str) -> None:
-    """Record why a drive stopped; never over the reason of a refund in review (a late
-    note of a call that began before the row went there)."""
-    WithdrawalRefund.objects.filter(pk=refund.pk).exclude(
-        status=WithdrawalRefund.Status.MANUAL_REVIEW).update(last_error=error[:2000],
-                                                             updated_at=timezone.now())
+    WithdrawalRefund.note(refund.pk, error)

@@ -125,6 +125,28 @@ def test_a_transition_not_in_the_table_raises_and_changes_nothing(model, source,
     assert _row(model, row.pk) == before
 
 
+def _every_status():
+    for model in MACHINES:
+        for status in model.Status:
+            yield pytest.param(model, status.value, id=f"{model.__name__}:{status.value}")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("model", "status"), list(_every_status()))
+def test_a_note_never_replaces_the_reason_of_a_row_in_the_operators_queue(model, status):
+    """``StatusMachine.note`` writes ``last_error`` on a working row and leaves the
+    reason of a row in one of its ``REASON_STATUSES`` (what sagas.ReviewItem shows)."""
+    row = MACHINES[model](status)
+
+    wrote = model.note(row.pk, "submit outcome unknown: HTTP 500")
+
+    kept = status in model.REASON_STATUSES
+    assert wrote is not kept
+    assert _row(model, row.pk)["last_error"] == (
+        "before" if kept else "submit outcome unknown: HTTP 500")
+    assert model.Status.MANUAL_REVIEW in model.REASON_STATUSES
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("model", list(MACHINES))
 def test_a_transition_that_lost_the_race_moves_nothing(model):
