@@ -203,6 +203,14 @@ def paid_withdrawal(sbx, amount="10"):
     return wallet, transaction_id
 
 
+def pending_anchor_withdrawal(sbx):
+    """:func:`paid_withdrawal` once AP's observer moved it to ``pending_anchor`` (the
+    poller's next pass pays it); returns (wallet, id)."""
+    wallet, transaction_id = paid_withdrawal(sbx)
+    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
+    return wallet, transaction_id
+
+
 def short_withdrawal(sbx, settings):
     """A customer paid 9.5 of 10 USDC; the grace period passed: manual_review."""
     wallet, transaction_id = paid_withdrawal(sbx, amount="9.5")

@@ -1,7 +1,7 @@
 """SEP-38 quotes through AP's ``GET /rate`` callback (anchor/quotes.py, issue 12 §2).
 
-Every answer is checked with :func:`ap_accepts`, the checks AP makes on a ``/rate``
-answer before it uses it (AP NOTES SEP31-RECEIVE.md §6.3, from
+Every answer is checked with :func:`ap_accepts` (the sandbox AP's own check), the
+checks AP makes on a ``/rate`` answer before it uses it (AP NOTES SEP31-RECEIVE.md §6.3, from
 ``RestRateIntegration#validateRateResponse``): an answer that fails them is a 502 for
 the client. The firm quotes' use (exactly, once, before expiry) is
 ``quotes.use_firm_quote``.
@@ -28,14 +28,15 @@ from stellar_sdk import Keypair
 from anchor import quotes
 from anchor.models import FirmQuote
 from corridor.processes import free_port
+from sandbox.ap import sep38
 from tests.conftest import reference_path
 from tests.factories import FirmQuoteFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The sandbox database too: the AP stand-in's check reads its assets config switch.
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sandbox"])
 
 D = Decimal
 INR = "iso4217:INR"
-DECIMALS = {INR: 2}
 
 
 def usdc() -> str:
@@ -43,49 +44,11 @@ def usdc() -> str:
 
 
 def ap_accepts(rate: dict, asked: dict) -> list[str]:
-    """What AP's validation of a ``/rate`` answer refuses (empty: accepted). ``asked``:
-    the request's parameters."""
-    wrong = []
-    sell_asset, buy_asset = asked["sell_asset"], asked["buy_asset"]
-    places = {a: DECIMALS.get(a, 7) for a in (sell_asset, buy_asset)}
-    for name in ("price", "sell_amount", "buy_amount"):
-        if name not in rate:
-            wrong.append(f"no {name}")
-    if wrong:
-        return wrong
-    sell, buy, price = D(rate["sell_amount"]), D(rate["buy_amount"]), D(rate["price"])
-    if sell <= 0 or buy <= 0:
-        wrong.append("amounts must be positive")
-    for name, asset in (("sell_amount", sell_asset), ("buy_amount", buy_asset)):
-        if -D(rate[name]).as_tuple().exponent > places[asset]:
-            wrong.append(f"{name} has more decimals than {asset}")
-    for name in ("sell_amount", "buy_amount"):  # the amount asked for, echoed exactly
-        if name in asked and rate[name] != asked[name]:
-            wrong.append(f"{name} {rate[name]} is not the {asked[name]} asked for")
-    fee = rate.get("fee")
-    total = D(0)
-    if fee is not None:
-        total = D(fee["total"])
-        details = fee.get("details") or []
-        if total < 0 or (total == 0 and details):
-            wrong.append("fee total")
-        if fee["asset"] not in (sell_asset, buy_asset):
-            wrong.append("fee asset not configured")
-        fee_places = places.get(fee["asset"], 7)
-        for amount in [fee["total"], *(d["amount"] for d in details)]:
-            if -D(amount).as_tuple().exponent > fee_places:
-                wrong.append(f"fee amount {amount} has too many decimals")
-        if any(D(d["amount"]) <= 0 or not d.get("name") for d in details):
-            wrong.append("a fee detail is not positive or has no name")
-        if details and sum(D(d["amount"]) for d in details) != total:
-            wrong.append("fee details do not add up to the total")
-        in_buy = fee["asset"] == buy_asset
-    else:
-        in_buy = False
-    expected = price * (buy + total) if in_buy else price * buy + total
-    if abs(sell - expected) >= D(10) ** -places[sell_asset]:
-        wrong.append(f"sell_amount {sell} != price * buy_amount + fee = {expected}")
-    return wrong
+    """What AP's validation of a ``/rate`` answer refuses (empty: accepted): the
+    sandbox AP's own check (sandbox/ap/sep38.py ``rate_problem``). ``asked``: the
+    request's parameters."""
+    problem = sep38.rate_problem(rate, asked, firm="id" in rate)
+    return [problem] if problem else []
 
 
 def test_the_check_refuses_what_ap_refuses():
@@ -97,7 +60,7 @@ def test_the_check_refuses_what_ap_refuses():
                   {"name": "fee", "amount": "1"}]}}
 
     assert ap_accepts({**answer, "price": "0.011834319527"}, asked) == []
-    assert "price * buy_amount + fee" in ap_accepts({**answer, "price": "0.0118343195"},
+    assert "'rate.price'" in ap_accepts({**answer, "price": "0.0118343195"},
                                                     asked)[0]
     assert ap_accepts({**answer, "price": "0.011834319527", "sell_amount": "100.5"}, asked)
     assert ap_accepts({**answer, "price": "0.011834319527", "buy_amount": "8365.505"},

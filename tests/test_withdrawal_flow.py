@@ -22,6 +22,7 @@ from tests.flows import (
     ap,
     assert_payout_once,
     pay_and_wait_for_ap,
+    pending_anchor_withdrawal,
     run_manage,
     sandbox_payouts,
     settle,
@@ -57,9 +58,7 @@ def test_happy_path_from_the_interactive_page_to_ap_completed_with_the_utr(sbx):
 @pytest.mark.parametrize("crash_at", ["after_claim", "after_provider_call", "after_mark_paid",
                                       "after_ap_call"])
 def test_worker_killed_at_each_boundary_pays_once(sbx, crash_at):
-    wallet, transaction_id, pay = start_withdrawal(sbx)
-    pay_and_wait_for_ap(wallet, pay)
-    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
+    _, transaction_id = pending_anchor_withdrawal(sbx)
     if crash_at in ("after_mark_paid", "after_ap_call"):
         # The worker itself must learn "processed" (by polling): no webhook tells us.
         sbx.fault("razorpayx.webhook_lose", times=1)
@@ -76,9 +75,7 @@ def test_worker_killed_at_each_boundary_pays_once(sbx, crash_at):
 
 def test_without_the_guard_a_killed_worker_pays_twice(sbx, settings):
     """The guard switched off once: a poller that trusts AP's status pays again."""
-    wallet, transaction_id, pay = start_withdrawal(sbx)
-    pay_and_wait_for_ap(wallet, pay)
-    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
+    _, transaction_id = pending_anchor_withdrawal(sbx)
     # The payout's webhooks are lost: otherwise one can complete the withdrawal before the
     # unguarded poller runs (CI saw it), and AP's status stops inviting a second payout.
     sbx.fault("razorpayx.webhook_lose", times=1)
@@ -128,9 +125,7 @@ def test_a_failed_webhook_before_a_5xx_create_answer_keeps_the_operators_reason(
     sbx.fault("razorpayx.fail_payout", times=1)
     sbx.fault("razorpayx.webhook_before_create_returns", times=1)
     sbx.fault("razorpayx.create_5xx_after_create", times=1)
-    wallet, transaction_id, pay = start_withdrawal(sbx)
-    pay_and_wait_for_ap(wallet, pay)
-    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
+    _, transaction_id = pending_anchor_withdrawal(sbx)
 
     poller.poll_withdrawals()
 
@@ -165,9 +160,7 @@ def test_5xx_after_create_is_found_by_reference_and_paid_once(sbx):
     # Its webhooks would tell the payout id whenever they happen to arrive (CI once saw
     # one land during the poll); lost, only the guard's own recovery can.
     sbx.fault("razorpayx.webhook_lose", times=1)
-    wallet, transaction_id, pay = start_withdrawal(sbx)
-    pay_and_wait_for_ap(wallet, pay)
-    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
+    _, transaction_id = pending_anchor_withdrawal(sbx)
 
     poller.poll_withdrawals()
     first = WithdrawalPayout.objects.get(transaction_id=transaction_id)
@@ -189,9 +182,7 @@ def test_5xx_after_create_not_listed_yet_is_replayed_with_the_stored_key(sbx, ke
     sbx.fault("razorpayx.create_5xx_after_create", times=1)
     sbx.fault("razorpayx.webhook_lose", times=1)
     sbx.fault("razorpayx.list_lag", seconds=300)
-    wallet, transaction_id, pay = start_withdrawal(sbx)
-    pay_and_wait_for_ap(wallet, pay)
-    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="observer")
+    _, transaction_id = pending_anchor_withdrawal(sbx)
     poller.poll_withdrawals()
     first = WithdrawalPayout.objects.get(transaction_id=transaction_id)
     assert (first.status, first.provider_payout_id) == ("processing", "")

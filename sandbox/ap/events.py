@@ -52,16 +52,22 @@ TRANSACTION_CREATED = "transaction_created"
 TRANSACTION_STATUS_CHANGED = "transaction_status_changed"
 
 
-def publish(event_type: str, transaction_object: dict) -> ApEvent:
-    """Append an event for ``transaction_object`` (the §1.7 object at publish time).
+def publish(event_type: str, transaction_object: dict | None = None, *,
+            quote_object: dict | None = None) -> ApEvent:
+    """Append an event for ``transaction_object`` (the §1.7 object at publish time), or
+    for ``quote_object`` (``quote_created``: payload ``quote``, no transaction).
 
     Call inside the ``transaction.atomic(using="sandbox")`` block that changed the
     transaction, so the event exists exactly when the change does.
     """
+    if transaction_object is not None:
+        transaction_id, payload = transaction_object["id"], {"transaction": transaction_object}
+    else:
+        transaction_id, payload = "", {"quote": quote_object}
     event = ApEvent.objects.using(DB).create(
         type=event_type,
-        transaction_id=transaction_object["id"],
-        payload={"transaction": transaction_object},
+        transaction_id=transaction_id,
+        payload=payload,
         created_at=now(),
     )
     ApEvent.objects.using(DB).filter(pk=event.pk).update(position=F("seq") * 10)

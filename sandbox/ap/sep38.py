@@ -22,18 +22,16 @@ or no answer, as a 502.
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 from decimal import Decimal
 
 import httpx
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
 
 from common.http import tls_context
 from sandbox.ap import assets, events
-from sandbox.ap.models import ApEvent, ApQuote
+from sandbox.ap.models import ApQuote
 from sandbox.ap.objects import instant, now
 from sandbox.ap.sep import SepError, WebAuth
 
@@ -252,12 +250,8 @@ def get_quote(quote_id: str, auth: WebAuth) -> dict:
 
 
 def _publish_quote_created(quote: ApQuote) -> None:
-    payload = {"quote": {**quote_object(quote), "created_at": instant(quote.created_at),
-                         "sell_delivery_method": quote.sell_delivery_method or None,
-                         "buy_delivery_method": quote.buy_delivery_method or None,
-                         "creator": {"account": quote.creator_account,
-                                     "memo": quote.creator_memo or None}}}
-    event = ApEvent.objects.using(DB).create(type="quote_created", transaction_id="",
-                                             payload=payload, created_at=now(),
-                                             event_id=uuid.uuid4())
-    ApEvent.objects.using(DB).filter(pk=event.pk).update(position=F("seq") * 10)
+    events.publish("quote_created", quote_object={
+        **quote_object(quote), "created_at": instant(quote.created_at),
+        "sell_delivery_method": quote.sell_delivery_method or None,
+        "buy_delivery_method": quote.buy_delivery_method or None,
+        "creator": {"account": quote.creator_account, "memo": quote.creator_memo or None}})
