@@ -268,6 +268,28 @@ def firm_quote(q: Quote, *, client_id: str, expire_after: str | None,
     return q
 
 
+def rate_answer(params: dict[str, str]) -> dict:
+    """The ``rate`` object answering AP's ``GET /rate`` with query ``params`` (already
+    checked to be storable text): :func:`quote`, and for ``type=firm``
+    :func:`firm_quote`. Raises QuoteRefused, RateUnavailable."""
+    kind = params.get("type")
+    if kind not in ("indicative", "firm"):
+        raise QuoteRefused("type must be indicative or firm", status=400)
+    for name in ("sell_asset", "buy_asset"):
+        if not params.get(name):
+            raise QuoteRefused(f"{name} is required", status=400)
+    q = quote(sell_asset=params["sell_asset"], buy_asset=params["buy_asset"],
+              sell_amount=params.get("sell_amount"), buy_amount=params.get("buy_amount"),
+              country_code=params.get("country_code"))
+    if kind == "firm":
+        q = firm_quote(q, client_id=params.get("client_id", ""),
+                       expire_after=params.get("expire_after"),
+                       sell_delivery_method=params.get("sell_delivery_method", ""),
+                       buy_delivery_method=params.get("buy_delivery_method", ""),
+                       country_code=params.get("country_code", ""))
+    return q.as_rate()
+
+
 def use_firm_quote(quote_id: str, *, transaction_id: str, sell_asset: str,
                    sell_amount: Decimal, buy_asset: str) -> FirmQuote:
     """Take firm quote ``quote_id`` for ``transaction_id``: its assets and sell amount

@@ -484,30 +484,14 @@ def ap_rate(request):
                   for name in RATE_PARAMS if name in request.GET}
     except inbound.InboundError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
-    kind = params.get("type")
-    if kind not in ("indicative", "firm"):
-        return JsonResponse({"error": "type must be indicative or firm"}, status=400)
-    for name in ("sell_asset", "buy_asset"):
-        if not params.get(name):
-            return JsonResponse({"error": f"{name} is required"}, status=400)
     try:
-        q = quotes.quote(sell_asset=params["sell_asset"], buy_asset=params["buy_asset"],
-                         sell_amount=params.get("sell_amount"),
-                         buy_amount=params.get("buy_amount"),
-                         country_code=params.get("country_code"))
-        if kind == "firm":
-            q = quotes.firm_quote(
-                q, client_id=params.get("client_id", ""),
-                expire_after=params.get("expire_after"),
-                sell_delivery_method=params.get("sell_delivery_method", ""),
-                buy_delivery_method=params.get("buy_delivery_method", ""),
-                country_code=params.get("country_code", ""))
+        rate = quotes.rate_answer(params)
     except quotes.QuoteRefused as exc:
         return JsonResponse({"error": str(exc)}, status=exc.status)
     except quotes.RateUnavailable as exc:
         log.warning("no rate: %s", exc)
         return JsonResponse({"error": "no exchange rate right now; try again"}, status=503)
-    return JsonResponse({"rate": q.as_rate()})
+    return JsonResponse({"rate": rate})
 
 
 def webhook_outcome(source: str, outcome: str, response: JsonResponse) -> JsonResponse:
