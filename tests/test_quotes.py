@@ -28,12 +28,12 @@ from stellar_sdk import Keypair
 from anchor import quotes
 from anchor.models import FirmQuote
 from corridor.processes import free_port
+from sandbox.ap import assets as ap_assets
 from sandbox.ap import sep38
 from tests.conftest import reference_path
 from tests.factories import FirmQuoteFactory
 
-# The sandbox database too: the AP stand-in's check reads its assets config switch.
-pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sandbox"])
+pytestmark = pytest.mark.django_db(transaction=True)
 
 D = Decimal
 INR = "iso4217:INR"
@@ -47,7 +47,8 @@ def ap_accepts(rate: dict, asked: dict) -> list[str]:
     """What AP's validation of a ``/rate`` answer refuses (empty: accepted): the
     sandbox AP's own check (sandbox/ap/sep38.py ``rate_problem``). ``asked``: the
     request's parameters."""
-    problem = sep38.rate_problem(rate, asked, firm="id" in rate)
+    problem = sep38.rate_problem(rate, asked, firm="id" in rate,
+                                 lookup=ap_assets.as_configured)
     return [problem] if problem else []
 
 

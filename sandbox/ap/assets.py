@@ -67,10 +67,15 @@ def configured() -> list[Asset]:
     ]
 
 
+def as_configured(asset_id: str | None) -> Asset | None:
+    """The asset whose id equals ``asset_id`` exactly, as configured (no fault)."""
+    return next((a for a in configured() if a.id == asset_id), None)
+
+
 def by_id(asset_id: str | None) -> Asset | None:
     """The asset whose id equals ``asset_id`` exactly (AP compares ids verbatim), with the
     ``significant_decimals`` of fault ``ap.asset_decimals`` when it names this asset."""
-    asset = next((a for a in configured() if a.id == asset_id), None)
+    asset = as_configured(asset_id)
     if asset is None:
         return None
     override = faults.peek(FAULT_DECIMALS)

@@ -22,6 +22,7 @@ or no answer, as a 502.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal
 
@@ -112,8 +113,16 @@ def call_rate(params: dict) -> dict:
     return body["rate"]
 
 
-def rate_problem(rate: dict, asked: dict, *, firm: bool) -> str | None:
-    """Why AP refuses this ``/rate`` answer (None: accepted), SEP31-RECEIVE §6.3."""
+def rate_problem(rate: dict, asked: dict, *, firm: bool,
+                 lookup: Callable[[str], assets.Asset | None] = assets.by_id) -> str | None:
+    """Why AP refuses this ``/rate`` answer (None: accepted), SEP31-RECEIVE §6.3.
+    ``lookup``: the assets config (``assets.as_configured`` reads no fault switch, so
+    needs no database)."""
+
+    def _decimals(asset_id: str) -> int:
+        asset = lookup(asset_id)
+        return asset.significant_decimals if asset else 7
+
     sell_asset, buy_asset = asked["sell_asset"], asked["buy_asset"]
     for name in ("price", "sell_amount", "buy_amount"):
         if assets.parse_decimal(rate.get(name)) is None:
@@ -134,7 +143,7 @@ def rate_problem(rate: dict, asked: dict, *, firm: bool) -> str | None:
     total = assets.parse_decimal(fee.get("total"))
     if total is None or total < 0:
         return "'rate.fee.total' must be a non-negative number"
-    if assets.by_id(fee.get("asset")) is None:
+    if lookup(fee.get("asset")) is None:
         return "'rate.fee.asset' is not a supported asset"
     details = fee.get("details") or []
     if total == 0 and details:
