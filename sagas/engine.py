@@ -395,6 +395,7 @@ class _Run:
             raise
         except ManualReviewError as exc:
             self._stop_for_review(step, "forward", f"ManualReviewError: {exc}", T.FAILED,
+                                  bookings=self._keyed(ctx, exc.bookings),
                                   attempts=self._attempts(step, ctx))
             return False
         except NonRetryableError as exc:
@@ -472,7 +473,8 @@ class _Run:
         except (ManualReviewError, NonRetryableError) as exc:
             self._stop_for_review(step, "compensate",
                                   f"compensation failed: {type(exc).__name__}: {exc}",
-                                  T.COMPENSATING, undo_attempts=step.undo_attempts + 1)
+                                  T.COMPENSATING, undo_attempts=step.undo_attempts + 1,
+                                  bookings=self._keyed(ctx, getattr(exc, "bookings", ())))
             return False
         except Exception as exc:
             failures = step.undo_attempts + 1
@@ -534,13 +536,25 @@ class _Run:
                      events=events)
 
     def _stop_for_review(self, step: _Step, phase: str, reason: str, step_status: str,
-                         **fields: Any) -> None:
+                         *, bookings: list | None = None, **fields: Any) -> None:
+        """Stop the saga for a person, booking ``bookings`` (movements that happened,
+        from ``ManualReviewError.bookings``) in the same commit; bookings the ledger
+        refuses are left out and the refusal is added to the reason."""
         event = "step.failed" if phase == "forward" else "undo.failed"
-        self._commit(phase=phase, step=step, step_status=step_status, error=reason,
-                     status=S.MANUAL_REVIEW, release=True, wake_in=None,
-                     saga_error=reason, inject=True,
-                     events=[(step.idx, event, {"error": reason}),
-                             (None, "saga.manual_review", {"reason": reason})], **fields)
+
+        def stop(why: str, booked: list | None) -> None:
+            self._commit(phase=phase, step=step, step_status=step_status, error=why,
+                         status=S.MANUAL_REVIEW, release=True, wake_in=None,
+                         saga_error=why, inject=True, bookings=booked,
+                         events=[(step.idx, event, {"error": why}),
+                                 (None, "saga.manual_review", {"reason": why})], **fields)
+
+        if bookings:
+            try:
+                return stop(reason, bookings)
+            except ledger.LedgerError as exc:  # rolled back: stop without them
+                reason = f"{reason}; booking refused: {exc}"
+        stop(reason, None)
 
     def _keyed(self, ctx: LegContext, bookings: list[Booking] | tuple) -> list:
         specs, n = [], 0

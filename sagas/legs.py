@@ -38,7 +38,15 @@ class NonRetryableError(Exception):
 
 class ManualReviewError(Exception):
     """Stop for a person: money has left Corridor's control (for example an anchor
-    failing a payout it was funded for). No retry, no compensation."""
+    failing a payout it was funded for). No retry, no compensation.
+
+    ``bookings``: movements that did happen and are booked in the same commit as the
+    stop (an anchor that refunded more than it was paid: the hub holds what arrived,
+    so the ledger books it and the excess shows as owed back)."""
+
+    def __init__(self, message: str, *, bookings: Sequence[Booking] = ()) -> None:
+        super().__init__(message)
+        self.bookings = list(bookings)
 
 
 class StaleLeaseError(Exception):

@@ -21,14 +21,18 @@ from collections import defaultdict
 from decimal import Decimal
 
 import pytest
+from django.conf import settings
 from rest_framework.test import APIClient
+from stellar_sdk import Server, TransactionBuilder
+from stellar_sdk.client.requests_client import RequestsClient
 
 from anchor import stellar
 from ledger import services as ledger
 from ledger.models import Entry, Posting
-from sagas import engine, hub, remittances
+from sagas import anchor31, engine, hub, remittances
 from sagas.models import HubPayment, Saga, SagaEvent, SagaStep
 from sagas.plans.remittance import AnchorFund
+from sandbox import keys
 from tests.flows import drive, rejected_first, run_manage, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -112,6 +116,19 @@ def hub_ledger() -> Decimal:
 def transfers(memo: str, *, source: str, destination: str) -> list[stellar.Transfer]:
     return [t for t in stellar.find_transfers_by_reference(hub.hub_address(), memo, "")
             if t.source == source and t.destination == destination]
+
+
+def anchor_pays_hub(sandbox, memo: str, amount: str) -> str:
+    """The receiving anchor (its sandbox key) pays ``amount`` USDC to the hub under
+    ``memo`` (an id memo), as a second refund would; returns the hash once applied."""
+    server = Server(f"{sandbox.url}/horizon",
+                    client=RequestsClient(num_retries=0, request_timeout=10, post_timeout=10))
+    source = server.load_account(keys.ANCHOR31.public_key)
+    envelope = (TransactionBuilder(source, settings.STELLAR_NETWORK_PASSPHRASE, base_fee=100)
+                .append_payment_op(hub.hub_address(), stellar.usdc(), amount)
+                .add_id_memo(int(memo)).set_timeout(30).build())
+    envelope.sign(keys.ANCHOR31)
+    return server.submit_transaction(envelope, skip_memo_required_check=True)["hash"]
 
 
 def kinds(saga_id: int) -> list[str]:
@@ -229,6 +246,46 @@ def test_anchor_refunds_after_funding_compensated_with_its_refund_booked(
     assert Entry.objects.filter(saga_id=saga_id, kind__in=["bridge.unfill", "bridge.refund"]
                                 ).count() == 2
     assert net(saga_id) == {}
+    assert_hub_matches_chain(hub_chain)
+
+
+def test_an_anchor_refunding_more_than_it_was_paid_is_booked_and_stopped_for_review(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch):
+    """Chaos seed 7 (CI, 2026-12-03): the receiving anchor refunded twice, and the
+    compensation stopped for a person without booking what had reached the hub: its
+    USDC on chain stood 24.5 above the ledger's. Whatever reaches the hub is booked;
+    the excess shows on the anchor's account as owed back. (Fails with the bookings
+    of ManualReviewError dropped.)"""
+    corridor_on_sandbox.fault("anchor31.refund_after_funding", times=1)
+    original, extra = AnchorFund.compensate, []
+
+    def compensate_after_a_second_refund(self, ctx, output):
+        if not extra:  # the anchor's own refund first, then one more under its memo
+            wait_for(lambda: anchor31.get_transaction(output["anchor_tx_id"])["status"]
+                     == "refunded", what="the anchor's refund")
+            extra.append(anchor_pays_hub(corridor_on_sandbox, output["memo"], AMOUNT))
+        return original(self, ctx, output)
+
+    monkeypatch.setattr(AnchorFund, "compensate", compensate_after_a_second_refund)
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+
+    ends(remittance["id"], S.MANUAL_REVIEW)
+
+    saga_id = remittance["id"]
+    saga = Saga.objects.get(pk=saga_id)
+    assert f"more than the {AMOUNT} it was paid" in saga.error
+    assert extra[0] in saga.error
+    assert steps(saga_id) == [("bridge.fill", "done"), ("fx.convert", "done"),
+                              ("anchor.fund", "compensating"), ("anchor.payout", "failed")]
+    intent = fund_intent(saga_id)
+    back = transfers(intent["memo"], source=intent["account"], destination=hub.hub_address())
+    assert [t.amount for t in back] == [D(AMOUNT), D(AMOUNT)]
+    assert sorted(Entry.objects.filter(saga_id=saga_id, kind="anchor.refund")
+                  .values_list("reference", flat=True)) == sorted(t.tx_hash for t in back)
+    assert net(saga_id)[("anchor:anchor31", "USDC")] == -D(AMOUNT)  # owed back
+    assert transfers(remittance["memo"], source=hub.hub_address(),
+                     destination=partner_wallet["account"]) == []
     assert_hub_matches_chain(hub_chain)
 
 

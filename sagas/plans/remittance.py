@@ -23,6 +23,8 @@ their compensations::
                      undo: wait (Pending, REMITTANCE_REFUND_DEADLINE_S, then
                      ManualReviewError) for the anchor's refund anchor -> hub, same memo
                      anchor.refund   USDC  hub +r              anchor:anchor31 -r  (each)
+                     (refunds above X: each booked, then ManualReviewError; the
+                     anchor's account shows the excess owed back to it)
                      anchor.refund_fee USDC anchor:anchor31 -f partner:P +f  (if the anchor
                      kept a fee: the partner bears it)
     3 anchor.payout  poll the anchor (Pending between polls): ``completed`` -> done;
@@ -273,17 +275,19 @@ class AnchorFund(Leg):
         except stellar.HorizonUnavailable as exc:
             return self._wait(ctx, f"Horizon: {exc}")
         received = sum((t.amount for t in refunds), Decimal(0))
-        if received > funded:
-            raise ManualReviewError(f"the anchor refunded {received}, more than the "
-                                    f"{funded} it was paid")
+        bookings = [Booking("anchor.refund", [Line(HUB, USDC, t.amount),
+                                              Line(ANCHOR, USDC, -t.amount)],
+                            reference=t.tx_hash) for t in refunds]
+        if received > funded:  # the hub holds it: book it, the excess is owed back
+            raise ManualReviewError(
+                f"the anchor refunded {received}, more than the {funded} it was paid "
+                f"(refunds {', '.join(t.tx_hash for t in refunds)}); all booked, "
+                f"{received - funded} is owed back to the anchor", bookings=bookings)
         fee = Decimal(0)
         if received < funded:
             fee = self._refund_fee(output, received)
             if fee is None:
                 return self._wait(ctx, f"refund {received} of {funded} seen on chain")
-        bookings = [Booking("anchor.refund", [Line(HUB, USDC, t.amount),
-                                              Line(ANCHOR, USDC, -t.amount)],
-                            reference=t.tx_hash) for t in refunds]
         if fee:
             bookings.append(Booking("anchor.refund_fee", [Line(ANCHOR, USDC, -fee),
                                                           Line(_partner(ctx), USDC, fee)]))

@@ -42,8 +42,10 @@ use the same memo the Sending Anchor used"): one payment from the anchor's accou
 ``from``), the same asset and full amount, the payment's memo (or the transaction's
 ``refund_memo``), refund fee 0. The signed envelope and its hash are committed before the
 first POST; an unknown outcome (timeout, 5xx) re-posts the same envelope; a new envelope
-is built only once the old one is provably dead (refused with ``tx_bad_seq`` /
-``tx_too_late`` and absent from Horizon, or absent after its time bounds). The
+is built only once the old one is provably dead (``stellar.envelope_dead``: one read of
+the anchor's account shows its sequence below the refund's on a ledger that closed after
+the refund's time bounds; a ``tx_bad_seq`` refusal or a 404 for the hash is no proof, as
+a lagging history node shows both for a refund that landed). The
 transaction is ``refunded`` only once the refund is in a ledger.
 """
 
@@ -296,8 +298,12 @@ def drive_refund(transaction_id: str) -> None:
             codes = outcome.codes.get("transaction")
             current.last_error = f"refused: {outcome.codes}"
             if codes in ("tx_bad_seq", "tx_too_late"):
-                current.status = Sep31Refund.DEAD  # never applied: build a new one
-                tx.due_at = now
+                # the sequence may be consumed by this very envelope behind a lagging
+                # history: only the proof of stellar.envelope_dead allows a new one
+                if _provably_dead(current):
+                    current.status, tx.due_at = Sep31Refund.DEAD, now
+                else:
+                    tx.due_at = now + seconds(RETRY_S)
             else:
                 current.status = Sep31Refund.FAILED
                 tx.status_message, tx.updated_at, tx.due_at = (
@@ -312,12 +318,9 @@ def drive_refund(transaction_id: str) -> None:
 
 
 def _provably_dead(refund: Sep31Refund) -> bool:
-    """Absent from Horizon although the latest ledger closed after its time bounds."""
-    try:
-        return (stellar.latest_close_time() > refund.max_time
-                and stellar.lookup(refund.hash) is None)
-    except Exception:  # Horizon unreachable: nothing is proven
-        return False
+    """``stellar.envelope_dead``: the anchor's sequence is still below the refund's in
+    one account read, on a ledger that closed after its time bounds."""
+    return stellar.envelope_dead(refund.envelope_xdr, refund.max_time)
 
 
 # --------------------------------------------------------------------------- loop

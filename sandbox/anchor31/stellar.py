@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
+import httpx
 from django.conf import settings
 from stellar_sdk import (
     Asset,
@@ -25,10 +26,12 @@ from stellar_sdk import (
     StrKey,
     TextMemo,
     TransactionBuilder,
+    TransactionEnvelope,
 )
 from stellar_sdk import exceptions as sdk_errors
 from stellar_sdk.client.requests_client import RequestsClient
 
+from common.http import tls_context
 from sandbox.keys import PARTNER, USDC_ISSUER
 
 BASE_FEE = 100
@@ -99,11 +102,33 @@ def lookup(tx_hash: str) -> dict | None:
         return None
 
 
-def latest_close_time() -> int:
-    """Unix close time of the latest ledger."""
-    page = server().ledgers().order(desc=True).limit(1).call()
-    closed = page["_embedded"]["records"][0]["closed_at"]
-    return int(datetime.fromisoformat(closed.replace("Z", "+00:00")).timestamp())
+def envelope_dead(envelope_xdr: str, max_time: int) -> bool:
+    """Whether a signed envelope of ours can never apply, by the one proof Horizon's data
+    makes consistent (horizon/NOTES.md §2.6 rule 3, corrected): ONE read of the source
+    account whose ``Latest-Ledger`` header is L shows its sequence still below the
+    envelope's, and ledger L closed after ``max_time``. A ``tx_bad_seq`` answer, a 404
+    for the hash or a late "latest" ledger prove nothing: the sequence may have been
+    consumed by this very envelope on a ledger the history nodes have not ingested.
+    False whenever anything is missing or Horizon is unreachable."""
+    envelope = TransactionEnvelope.from_xdr(envelope_xdr, settings.STELLAR_NETWORK_PASSPHRASE)
+    source = envelope.transaction.source.account_id
+    timeout = float(getattr(settings, "HTTP_TIMEOUT_S", 10.0))
+    try:
+        account = httpx.get(f"{horizon_url()}/accounts/{source}", timeout=timeout,
+                            verify=tls_context())
+        height = account.headers.get("Latest-Ledger")
+        if account.status_code != 200 or not height or not height.isdigit():
+            return False
+        if int(account.json()["sequence"]) >= envelope.transaction.sequence:
+            return False
+        ledger = httpx.get(f"{horizon_url()}/ledgers/{height}", timeout=timeout,
+                           verify=tls_context())
+        if ledger.status_code != 200:
+            return False
+        closed = ledger.json()["closed_at"]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return False
+    return int(datetime.fromisoformat(closed.replace("Z", "+00:00")).timestamp()) > max_time
 
 
 def usdc_balance(account: str) -> Decimal | None:

@@ -486,6 +486,37 @@ def test_a_refund_whose_post_times_out_is_reposted_never_paid_twice(anchor, hub,
         (sent["hash"], HUB, "2.0000000")]
 
 
+def test_a_refund_reposted_behind_a_lagging_horizon_is_paid_once(anchor, hub, clean_sandbox):
+    """Chaos seed 7 (CI, 2026-12-03): the refund's POST answered 504 after it applied,
+    the re-POST met ``tx_bad_seq`` while history lagged, and the anchor took that for a
+    dead envelope and paid the refund again; Corridor's hub then held 2 USDC the ledger
+    had not booked. A consumed sequence is not proof (horizon/NOTES.md §2.6, corrected)."""
+    clean_sandbox.fault("anchor31.refund_after_funding", times=1)
+    clean_sandbox.fault("horizon.submit_504_after_apply", times=1, account=ANCHOR)
+    before = hub.usdc()
+    created = anchor.create(amount="2")
+
+    hub.pay("2", memo_id=created["stellar_memo"])
+    clean_sandbox.fault("horizon.lookup_lag", ledgers=12)  # 3 s at 0.25 s ledgers
+    deadline = time.monotonic() + 20
+    while not any("tx_bad_seq" in r["last_error"]  # a re-POST met the lag
+                  for r in anchor.inspect(created["id"])["refund_payments"]):
+        assert time.monotonic() < deadline, anchor.inspect(created["id"])
+        time.sleep(0.1)
+    time.sleep(1.5)  # one more retry of the anchor's, lag still on
+    clean_sandbox.fault("horizon.lookup_lag", times=0)
+    tx = anchor.wait(created["id"], FINAL)
+
+    assert tx["status"] == "refunded"
+    page = httpx.get(f"{clean_sandbox.url}/horizon/accounts/{ANCHOR}/payments",
+                     params={"order": "desc", "limit": 50, "join": "transactions"},
+                     timeout=10).json()["_embedded"]["records"]
+    refunds = [p["amount"] for p in page if p.get("from") == ANCHOR
+               and p["transaction"].get("memo") == created["stellar_memo"]]
+    assert refunds == ["2.0000000"]
+    assert hub.usdc() == before
+
+
 def test_fail_payout_ends_in_error_and_keeps_the_money(anchor, hub, clean_sandbox):
     clean_sandbox.fault("anchor31.fail_payout", times=1)
     before = hub.usdc()
