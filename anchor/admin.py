@@ -19,14 +19,18 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
+from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
 
-from anchor import operations, releases, stellar
+from anchor import customers, operations, pii, releases, stellar
 from anchor.models import (
+    Customer,
+    CustomerEvent,
+    CustomerFile,
     DepositOrder,
     DepositPayment,
     DepositRelease,
@@ -34,7 +38,7 @@ from anchor.models import (
     ReleaseEvent,
     SourceAccount,
 )
-from common.console import ReadOnlyAdmin, ReadOnlyInline, confirm_action
+from common.console import NoteForm, ReadOnlyAdmin, ReadOnlyInline, confirm_action, shown
 
 # --- expire in AP (payouts/admin.py serves the page) -------------------------------
 
@@ -175,3 +179,101 @@ class ChannelAccountAdmin(ReadOnlyAdmin):
         self.message_user(request, "Claims refused because every channel was in flight: "
                                    f"{shown_count}", messages.INFO)
         return super().changelist_view(request, extra_context)
+
+
+# --- customers (SEP-12 KYC: anchor/customers.py) -------------------------------------
+
+class RejectForm(NoteForm):
+    message = forms.CharField(
+        max_length=500, label="Reason shown to the customer",
+        help_text="AP passes it to the sending anchor or wallet (SEP-12 message).")
+    field_order = ["message", "note"]
+
+
+class RequestInfoForm(NoteForm):
+    fields = forms.MultipleChoiceField(
+        choices=[(name, name) for name in customers.ALL_FIELDS],
+        widget=forms.CheckboxSelectMultiple, label="Fields to give again")
+    message = forms.CharField(max_length=500, required=False,
+                              label="What to tell the customer")
+    field_order = ["fields", "message", "note"]
+
+
+class CustomerFileInline(ReadOnlyInline, admin.TabularInline):
+    model = CustomerFile
+    fields = ("field", "content_type", "size", "sha256", "uploaded_at")
+    readonly_fields = fields
+
+
+class CustomerEventInline(ReadOnlyInline, admin.TabularInline):
+    model = CustomerEvent
+    fields = ("at", "event", "operator", "note", "detail")
+    readonly_fields = fields
+
+
+@admin.register(Customer)
+class CustomerAdmin(ReadOnlyAdmin):
+    """The KYC review queue: filter on review ``pending`` / ``needs_info``; the personal
+    data is decrypted for the page only (never listed)."""
+
+    list_display = ("id", "type", "sep12_status", "review", "account", "memo", "updated_at",
+                    "deleted_at")
+    list_filter = ("review", "type")
+    search_fields = ("id", "account", "memo")
+    ordering = ("-updated_at",)
+    exclude = ("data",)
+    readonly_fields = ("sep12_status", "personal_data")
+    inlines = [CustomerFileInline, CustomerEventInline]
+    actions = ["accept", "reject", "request_info"]
+
+    @admin.display(description="SEP-12 status")
+    def sep12_status(self, obj: Customer) -> str:
+        return "deleted" if obj.deleted_at else customers.answer(obj).status
+
+    @admin.display(description="personal data (decrypted)")
+    def personal_data(self, obj: Customer) -> str:
+        if obj.erased_at:
+            return f"erased at {obj.erased_at:%Y-%m-%d %H:%M:%S}"
+        try:
+            return shown(customers.personal_data(obj))
+        except pii.PiiKeyError as exc:
+            return f"cannot decrypt: {exc}"
+
+    def _review(self, request, queryset, decision: str, title: str, form_class, label: str):
+        def perform(customer, data, user):
+            done = customers.review(customer_id=customer.pk, decision=decision,
+                                    operator=user, note=data["note"],
+                                    message=data.get("message", ""),
+                                    fields=data.get("fields"))
+            return f"Customer {done.id} is now {customers.answer(done).status}."
+
+        return confirm_action(
+            self, request, queryset, title=title, form_class=form_class,
+            preview=lambda c: customers.review_preview(customer_id=c.pk, decision=decision),
+            perform=perform, confirm_label=label)
+
+    @admin.action(permissions=["review"], description="Accept the customer")
+    def accept(self, request, queryset):
+        return self._review(request, queryset, "accept", "Accept a customer", NoteForm,
+                            "Yes, accept")
+
+    @admin.action(permissions=["review"], description="Reject with a reason")
+    def reject(self, request, queryset):
+        return self._review(request, queryset, "reject", "Reject a customer", RejectForm,
+                            "Yes, reject")
+
+    @admin.action(permissions=["review"], description="Ask for more information")
+    def request_info(self, request, queryset):
+        return self._review(request, queryset, "request_info",
+                            "Ask a customer for more information", RequestInfoForm,
+                            "Yes, ask")
+
+    def has_review_permission(self, request):
+        return request.user.has_perm(customers.PERM)
+
+
+@admin.register(CustomerEvent)
+class CustomerEventAdmin(ReadOnlyAdmin):
+    list_display = ("at", "customer", "event", "operator", "note")
+    list_filter = ("event",)
+    search_fields = ("customer__id", "operator")

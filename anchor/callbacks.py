@@ -29,7 +29,6 @@ from anchor.models import (
     DepositPayment,
     DepositRelease,
     InboundEvent,
-    Sep24Customer,
 )
 from corridor import inbound
 
@@ -165,21 +164,6 @@ def ap_event_receive(*, event: dict) -> str:
     return inbox.record(source=InboundEvent.Source.AP, event_id=event_id,
                         event_type=event_type, outcome="release_scheduled",
                         follow_ups=[(tasks.deposit_release, tx["id"])])
-
-
-def sep24_customer_put(*, body: dict) -> Sep24Customer:
-    """Store the SEP-9 fields AP forwards (type ``sep24-customer``). ``body``: a
-    strictly decoded JSON object (:func:`parse_json_object`); ``account`` and ``memo``
-    strings that fit their columns (``Sep24Customer``). Raises MalformedEvent."""
-    account = _checked(inbound.field_text, Sep24Customer, "account", body.get("account"),
-                       "account", required=False)
-    memo = _checked(inbound.field_text, Sep24Customer, "memo", body.get("memo"), "memo",
-                    required=False)
-    reserved = {"id", "account", "memo", "memo_type", "type", "transaction_id"}
-    fields = {k: v for k, v in body.items() if k not in reserved}
-    customer, _ = Sep24Customer.objects.update_or_create(
-        account=account, memo=memo, defaults={"fields": fields})
-    return customer
 
 
 def razorpay_payment_webhook(*, event_id: str, event: dict,

@@ -249,19 +249,115 @@ class InboundEvent(models.Model):
         ]
 
 
-class Sep24Customer(models.Model):
-    """SEP-9 fields AP forwards with ``PUT /customer`` (type ``sep24-customer``)."""
+def new_customer_id() -> str:
+    """A customer id Corridor assigns (SEP-12 ``id``): ``cus_`` and 24 hex digits."""
+    import secrets
 
+    return f"cus_{secrets.token_hex(12)}"
+
+
+class Customer(models.Model):
+    """A SEP-12 customer of one ``type`` (``sep31-sender``, ``sep31-receiver``,
+    ``sep24-customer``), identified towards AP by ``id`` and by (``account``, ``memo``,
+    ``memo_type``, ``type``): the SEP-10 account that registered it (a sending anchor's,
+    or a wallet user's) and the memo naming the person under that account.
+
+    Personal data never sits in the clear: ``data`` is a Fernet token of the SEP-9
+    fields as a JSON object (anchor/pii.py); ``provided`` lists their names and
+    ``field_updated`` when each was last given (names and times are not personal).
+    ``review`` is the decision (anchor/customers.py computes the SEP-12 status from it
+    and from the fields the type needs): ``auto`` (accepted by the automatic checks),
+    ``pending`` (waits for a person), ``accepted``, ``rejected`` (``message`` says why),
+    ``needs_info`` (an operator asked for ``requested_fields``, at ``requested_at``).
+
+    SEP-12 ``DELETE`` sets ``deleted_at`` (the customer is gone for AP); the personal
+    data is erased (``data`` NULL, files deleted, ``erased_at``) at once, or at
+    ``erase_after`` when the customer moved money (``used_at``) and the law keeps the
+    records (settings.KYC_RETENTION_DAYS). What survives erasure: the id, type,
+    account, memo and memo type (the sending anchor's reference, not the person's
+    data), the field names and times, the decisions and the audit rows."""
+
+    class Review(models.TextChoices):
+        AUTO = "auto"
+        PENDING = "pending"
+        ACCEPTED = "accepted"
+        REJECTED = "rejected"
+        NEEDS_INFO = "needs_info"
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_customer_id)
     account = models.CharField(max_length=69)
-    memo = models.CharField(max_length=128, blank=True, default="")
-    fields = models.JSONField(default=dict)
-    updated_at = models.DateTimeField(auto_now=True)
+    memo = models.CharField(max_length=64, blank=True, default="")
+    memo_type = models.CharField(max_length=8, blank=True, default="")
+    type = models.CharField(max_length=40)
+    data = models.BinaryField(null=True, blank=True)
+    provided = models.JSONField(default=list)
+    field_updated = models.JSONField(default=dict)
+    review = models.CharField(max_length=12, choices=Review.choices, default=Review.AUTO)
+    message = models.TextField(blank=True, default="")
+    requested_fields = models.JSONField(default=list)
+    requested_at = models.DateTimeField(null=True, blank=True)
+    used_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+    erase_after = models.DateTimeField(null=True, blank=True)
+    erased_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
 
     class Meta:
-        db_table = "sep24_customers"
+        db_table = "customers"
+        ordering = ["-updated_at"]
         constraints = [
-            models.UniqueConstraint(fields=["account", "memo"], name="sep24_customers_unique")
+            models.UniqueConstraint(fields=["account", "memo", "memo_type", "type"],
+                                    condition=Q(deleted_at__isnull=True),
+                                    name="customers_live_unique"),
         ]
+        indexes = [
+            models.Index(fields=["erase_after"], name="customers_erase_due_idx",
+                         condition=Q(erased_at__isnull=True, erase_after__isnull=False)),
+        ]
+        permissions = [
+            ("review_customer", "Can accept, reject or ask a customer for more information"),
+        ]
+
+    def __str__(self) -> str:
+        return f"customer {self.id} {self.type}"
+
+
+class CustomerFile(models.Model):
+    """A binary SEP-9 field (``photo_id_front``...): the bytes as a Fernet token, the
+    kind found in its first bytes, its size and SHA-256 (of the plaintext). One row per
+    customer and field: a new upload replaces it."""
+
+    customer = models.ForeignKey(Customer, on_delete=models.CASCADE, related_name="files")
+    field = models.CharField(max_length=40)
+    content_type = models.CharField(max_length=40)
+    size = models.PositiveIntegerField()
+    sha256 = models.CharField(max_length=64)
+    data = models.BinaryField()
+    uploaded_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "customer_files"
+        constraints = [
+            models.UniqueConstraint(fields=["customer", "field"], name="customer_files_unique"),
+        ]
+
+
+class CustomerEvent(models.Model):
+    """Append-only audit of a customer: created, updated (field names only), each
+    operator decision (with the operator and the note), deleted, erased. Never holds
+    personal data, so it survives erasure."""
+
+    customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="events")
+    event = models.CharField(max_length=40)
+    detail = models.JSONField(default=dict, encoder=DjangoJSONEncoder)
+    operator = models.CharField(max_length=150, blank=True, default="")
+    note = models.TextField(blank=True, default="")
+    at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "customer_events"
+        ordering = ["id"]
 
 
 class SourceAccount(models.Model):

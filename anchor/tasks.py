@@ -96,3 +96,11 @@ def expire_abandoned_deposits() -> int:
 @shared_task
 def sweep_submissions() -> dict:
     return submissions.sweep_submissions()
+
+
+@shared_task
+def erase_customers() -> int:
+    """Erase the personal data of deleted customers past their retention."""
+    from anchor import customers
+
+    return customers.erase_due()

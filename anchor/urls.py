@@ -14,6 +14,8 @@ urlpatterns = [
          name="transaction"),
     path("callbacks/event", views.ap_event, name="ap_event"),
     path("callbacks/customer", views.ap_customer, name="ap_customer"),
+    path("callbacks/customer/<str:customer_id>", views.ap_customer_delete,
+         name="ap_customer_delete"),
     path("callbacks/rate", views.ap_rate, name="ap_rate"),
     path("webhooks/razorpay/payments", views.razorpay_payments_webhook,
          name="razorpay_payments_webhook"),

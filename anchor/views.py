@@ -17,15 +17,17 @@ import logging
 from collections.abc import Callable
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.db import DataError
-from django.http import HttpResponseNotAllowed, JsonResponse
+from django.http import HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 from structlog.contextvars import bind_contextvars
 
-from anchor import callbacks, deposits, platform, quotes, sep24, submissions
+from anchor import callbacks, customers, deposits, platform, quotes, sep24, submissions
 from anchor import razorpay as rzp
 from anchor.models import DepositOrder, DepositRelease, InboundEvent
 from corridor import inbound, metrics
@@ -449,18 +451,76 @@ def ap_event(request):
 
 @csrf_exempt
 def ap_customer(request):
-    """``PUT /callbacks/customer``: SEP-9 fields AP forwards for SEP-24. A body that
-    cannot be stored is a 400 with the reason (AP answers the wallet with it; nothing
-    is retried)."""
-    if request.method != "PUT":
-        return HttpResponseNotAllowed(["PUT"])
+    """``GET`` / ``PUT /callbacks/customer`` (AP callback API ``getCustomer`` /
+    ``putCustomer``; anchor/customers.py has the rules). 200 with a
+    ``GetCustomerResponse`` (``PUT`` answers the same shape, with the ``id``); a
+    malformed request 400 and an unknown or foreign ``id`` 404, each ``{"error": ...}``
+    (AP passes both to the client); no valid callback token: 401. ``PUT`` takes JSON or
+    multipart (files as AP sends them: every part ``application/octet-stream``)."""
+    if request.method not in ("GET", "PUT"):
+        return HttpResponseNotAllowed(["GET", "PUT"])
     if not callbacks.ap_request_authorized(request.headers):
         return JsonResponse({"error": "unauthorized"}, status=401)
     try:
-        customer = callbacks.sep24_customer_put(body=callbacks.parse_json_object(request.body))
-    except callbacks.MalformedEvent as exc:
+        if request.method == "GET":
+            params = {k: request.GET[k] for k in customers.IDENTITY if k in request.GET}
+            return JsonResponse(customers.get(params).as_json())
+        body, uploads = _customer_body(request)
+        customer = customers.put(body, uploads)
+    except customers.CustomerInputError as exc:
+        return JsonResponse({"error": str(exc)}, status=exc.status)
+    except inbound.InboundError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
-    return JsonResponse({"id": str(customer.pk), "status": "ACCEPTED"})
+    return JsonResponse(customers.answer(customer).as_json())
+
+
+def _customer_body(request) -> tuple[dict, list]:
+    """The PUT body as strings and the uploaded files. Raises InboundError."""
+    length = request.META.get("CONTENT_LENGTH") or "0"
+    if not length.isdigit() or int(length) > settings.CUSTOMER_BODY_MAX_BYTES:
+        raise inbound.InboundError(f"the body is over {settings.CUSTOMER_BODY_MAX_BYTES} "
+                                   f"bytes")
+    if request.content_type == "multipart/form-data":
+        try:
+            form, files = request.parse_file_upload(request.META, request)
+        except (MultiPartParserError, TooManyFieldsSent, RequestDataTooBig) as exc:
+            raise inbound.InboundError(f"malformed multipart body: {exc}") from exc
+        body = {}
+        for name in form:
+            values = form.getlist(name)
+            if len(values) != 1:
+                raise inbound.InboundError(f"{name} is given {len(values)} times")
+            body[name] = values[0]
+        uploads = []
+        for name in files:
+            parts = files.getlist(name)
+            if len(parts) != 1:
+                raise inbound.InboundError(f"{name} is given {len(parts)} times")
+            if parts[0].size > settings.CUSTOMER_FILE_MAX_BYTES:
+                raise inbound.InboundError(
+                    f"{name} is {parts[0].size} bytes, more than the "
+                    f"{settings.CUSTOMER_FILE_MAX_BYTES} allowed")
+            uploads.append(customers.Upload(name=name, content=parts[0].read()))
+        return body, uploads
+    return callbacks.parse_json_object(request.body), []
+
+
+@csrf_exempt
+def ap_customer_delete(request, customer_id: str):
+    """``DELETE /callbacks/customer/{id}`` (AP callback API ``delCustomer``): 204 once
+    the customer is deleted (its personal data erased, or sealed for the retention
+    period: anchor/customers.py), 404 ``{"error": ...}`` for an unknown id."""
+    if request.method != "DELETE":
+        return HttpResponseNotAllowed(["DELETE"])
+    if not callbacks.ap_request_authorized(request.headers):
+        return JsonResponse({"error": "unauthorized"}, status=401)
+    try:
+        customers.delete(inbound.path_text(customer_id, max_length=40))
+    except customers.CustomerInputError as exc:
+        return JsonResponse({"error": str(exc)}, status=exc.status)
+    except inbound.InboundError:
+        return JsonResponse({"error": f"customer {customer_id[:40]} not found"}, status=404)
+    return HttpResponse(status=204)
 
 
 RATE_PARAMS = ("type", "client_id", "sell_asset", "buy_asset", "sell_amount", "buy_amount",

@@ -30,6 +30,7 @@ What it refuses:
   (E013): their defaults are the embedded dev services on loopback and the local port;
 - ``CORRIDOR_URL`` not public https, the admin's second factor off, the https redirect
   off or HSTS under a day (E014);
+- a ``CORRIDOR_PII_KEYS`` entry that is not a Fernet key (E016);
 - ``STELLAR_CHANNEL_SEED_SECRET`` set (E015): channel seeds derived from a development
   secret (``manage.py channels``) are sandbox seeds; production takes
   ``STELLAR_CHANNEL_SECRETS`` from its secret store.
@@ -130,9 +131,15 @@ def _secret_values(entry: dict) -> list[str]:
         value = getattr(settings, entry["setting"], "")
     except ImproperlyConfigured:  # Django refuses to read an empty SECRET_KEY
         value = ""
-    if entry["kind"] == "seeds":
+    if entry["kind"] in ("seeds", "keys"):
         return [str(v).strip() for v in (value or []) if str(v).strip()]
     return [str(value).strip()] if value and str(value).strip() else []
+
+
+def _fernet_key(value: str) -> bool:
+    from anchor import pii
+
+    return pii.valid_key(value)
 
 
 def secret_problems() -> list[Problem]:
@@ -173,6 +180,9 @@ def secret_problems() -> list[Problem]:
                     problems.append(Problem(
                         "corridor.E007",
                         f"{label} is the seed of the sandbox account {seeds[value]!r}"))
+            if entry["kind"] == "keys" and not _fernet_key(value):
+                problems.append(Problem(
+                    "corridor.E016", f"{label} is not a Fernet key (manage.py pii_key)"))
             other = seen.get(value)
             if other is not None and other["setting"] != name:
                 problems.append(Problem(

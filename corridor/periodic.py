@@ -133,7 +133,7 @@ def plan_nodes(plan: dict):
 
 def registry() -> dict[str, PeriodicQuery]:
     """name -> PeriodicQuery, for every periodic query Corridor runs."""
-    from anchor import inbox, reconciler, submissions
+    from anchor import customers, inbox, reconciler, submissions
     from corridor import stranded
     from ledger import services as ledger
     from payouts import poller, receipts, refunds
@@ -150,6 +150,8 @@ def registry() -> dict[str, PeriodicQuery]:
     payout_key = ("withdrawal_payouts_transaction_id_key",
                   "withdrawal_payouts_transaction_id_32d82d14_like")
     entries = [
+        q("customers.erase_due", SWEEP, "customers", ("customers_erase_due_idx",),
+          customers.erase_candidates, runs_in="anchor.tasks.erase_customers"),
         q("reconciler", SWEEP, "deposit_releases", ("deposit_releases_open_idx",),
           reconciler.stuck_releases, runs_in="anchor.tasks.reconcile_releases"),
         q("ap_sweep.release", LOOKUP, "deposit_releases", release_key,

@@ -27,4 +27,6 @@ def periodic_tasks() -> list[tuple[str, str, float]]:
          settings.LEDGER_ROLLUP_PERIOD_S),
         ("inbound follow-up sweep (lost wake-ups)", "anchor.tasks.inbound_drain",
          settings.INBOUND_SWEEP_PERIOD_S),
+        ("erase deleted customers whose retention ended", "anchor.tasks.erase_customers",
+         settings.KYC_ERASE_PERIOD_S),
     ]

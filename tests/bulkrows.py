@@ -7,7 +7,8 @@ rows) and bench/periodic.py (1K and 1M rows); never by production code.
 Terminal means what a healthy system leaves behind and no sweep should ever read:
 releases ``completed``, payments confirmed + notified + released, orders ``paid``,
 submissions ``done``, requests ``funds_verified``, payouts ``completed`` with AP told,
-refunds ``completed``, receipts settled, sagas ``completed``, inbound events dispatched.
+refunds ``completed``, receipts settled, sagas ``completed``, inbound events dispatched,
+customers live.
 ``open_rows`` adds that many rows in each open state a sweep does read (the same count at
 every table size).
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 TABLES = ("deposit_releases", "deposit_payments", "deposit_orders", "interactive_submissions",
           "withdrawal_requests", "withdrawal_payouts", "withdrawal_refunds", "stellar_receipts",
-          "sagas", "inbound_events")
+          "sagas", "inbound_events", "customers")
 
 # %(n)s rows numbered i = 1..n; %(tag)s keeps keys unique across loads; %(ts)s the age
 # of the rows (terminal rows: long finished; open rows: stuck past every sweep's cutoff).
@@ -77,6 +78,11 @@ _TERMINAL = [
         reason, follow_ups, processed_at)
     SELECT 'ap', 'ev-' || %(tag)s || '-' || i, 'transaction_status_changed', {_TS},
         'recorded', '', '[["anchor.tasks.noop", []]]'::jsonb, {_TS} {_ROWS}""",
+    f"""INSERT INTO customers (id, account, memo, memo_type, type, data, provided,
+        field_updated, review, message, requested_fields, created_at, updated_at)
+    SELECT 'cus_' || %(tag)s || i, 'GSENDINGANCHOR', %(tag)s || i, 'text', 'sep31-receiver',
+        '\\x00'::bytea, '[]'::jsonb, '{{}}'::jsonb, 'auto', '', '[]'::jsonb, {_TS}, {_TS}
+    {_ROWS}""",
 ]
 
 # The open rows each sweep reads: stuck, due or unsettled, older than any cutoff.
@@ -137,6 +143,13 @@ _OPEN = [
         reason, follow_ups)
     SELECT 'ap', 'evo-' || %(tag)s || '-' || i, 'transaction_status_changed', {_TS},
         'recorded', '', '[["anchor.tasks.noop", []]]'::jsonb {_ROWS}""",
+    # deleted after moving money, retention over, data not yet erased.
+    f"""INSERT INTO customers (id, account, memo, memo_type, type, data, provided,
+        field_updated, review, message, requested_fields, used_at, deleted_at, erase_after,
+        created_at, updated_at)
+    SELECT 'cuso_' || %(tag)s || i, 'GSENDINGANCHOR', 'o' || %(tag)s || i, 'text',
+        'sep31-receiver', '\\x00'::bytea, '[]'::jsonb, '{{}}'::jsonb, 'auto', '',
+        '[]'::jsonb, {_TS}, {_TS}, {_TS}, {_TS}, {_TS} {_ROWS}""",
 ]
 
 

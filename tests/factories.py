@@ -15,8 +15,12 @@ from decimal import Decimal
 import factory
 from django.utils import timezone
 
+from anchor import pii
 from anchor.models import (
     ApTransactionEvent,
+    Customer,
+    CustomerEvent,
+    CustomerFile,
     DepositOrder,
     DepositPayment,
     DepositRelease,
@@ -24,7 +28,6 @@ from anchor.models import (
     InboundEvent,
     InteractiveSubmission,
     ReleaseEvent,
-    Sep24Customer,
     SourceAccount,
 )
 from anchor.quotes import usdc_asset
@@ -115,13 +118,40 @@ class InboundEventFactory(factory.django.DjangoModelFactory):
     event_type = "payment.captured"
 
 
-class Sep24CustomerFactory(factory.django.DjangoModelFactory):
+class CustomerFactory(factory.django.DjangoModelFactory):
+    """A SEP-31 receiver, complete and accepted by the automatic checks."""
+
     class Meta:
-        model = Sep24Customer
+        model = Customer
 
     account = ACCOUNT_A
     memo = factory.Sequence(str)
-    fields = factory.LazyFunction(lambda: {"first_name": "Asha", "last_name": "Rao"})
+    memo_type = "id"
+    type = "sep31-receiver"
+    data = factory.LazyFunction(lambda: pii.seal_json(
+        {"first_name": "Asha", "last_name": "Rao", "bank_account_number": "50100123456789",
+         "bank_number": "HDFC0001234"}))
+    provided = ["bank_account_number", "bank_number", "first_name", "last_name"]
+
+
+class CustomerFileFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = CustomerFile
+
+    customer = factory.SubFactory(CustomerFactory)
+    field = "photo_id_front"
+    content_type = "image/jpeg"
+    size = 4
+    sha256 = "0" * 64
+    data = factory.LazyFunction(lambda: pii.seal(b"\xff\xd8\xff\xe0"))
+
+
+class CustomerEventFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = CustomerEvent
+
+    customer = factory.SubFactory(CustomerFactory)
+    event = "created"
 
 
 class SourceAccountFactory(factory.django.DjangoModelFactory):

@@ -378,7 +378,8 @@ def invariant_violations(saga_id: int) -> list[str]:
 # --- the operator console, driven through the admin -------------------------------------
 
 NOTE = "ticket OPS-42: checked with the bank"
-sync_groups = importlib.import_module("sagas.migrations.0006_review_queue_stranded").sync_groups
+sync_groups = importlib.import_module(
+    "sagas.migrations.0007_customer_review_permission").sync_groups
 
 
 def changelist(model: str) -> str:

@@ -23,11 +23,11 @@ from prometheus_client import REGISTRY
 
 from anchor import callbacks
 from anchor.models import (
+    Customer,
     DepositOrder,
     DepositPayment,
     DepositRelease,
     InboundEvent,
-    Sep24Customer,
 )
 from corridor import inbound
 from payouts.models import WithdrawalPayout
@@ -131,7 +131,7 @@ def test_a_customer_put_that_cannot_be_stored_is_a_400(client, settings, body):
 
     assert response.status_code == 400
     assert response.json()["error"]
-    assert not Sep24Customer.objects.exists()
+    assert not Customer.objects.exists()
 
 
 def _captured_event(order: DepositOrder, **entity_changes) -> bytes:

@@ -145,7 +145,7 @@ ACTION_PERMS = {
     "anchor.redrive_release", "anchor.expire_ap_transaction", "payouts.confirm_payout_paid",
     "payouts.mark_payout_failed", "payouts.new_payout_attempt",
     "payouts.accept_short_withdrawal", "payouts.refund_withdrawal", "payouts.refund_receipt",
-    "sagas.resume_saga",
+    "sagas.resume_saga", "anchor.review_customer",
     "sagas.retry_saga_step", "sagas.compensate_saga", "sagas.resolve_saga",
 }
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 from django.test import override_settings
 from stellar_sdk import Keypair
 
@@ -58,6 +59,7 @@ def good_production_env() -> dict[str, str]:
         "STELLAR_DISTRIBUTION_SECRET": Keypair.random().secret,
         "STELLAR_HUB_SECRET": Keypair.random().secret,
         "STELLAR_CHANNEL_SECRETS": f"{Keypair.random().secret},{Keypair.random().secret}",
+        "CORRIDOR_PII_KEYS": f"{Fernet.generate_key().decode()},{Fernet.generate_key().decode()}",
     }
 
 

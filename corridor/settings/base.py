@@ -34,6 +34,8 @@ _SANDBOX_SECRET_DEFAULTS = {
     "STELLAR_HUB_SECRET": "SDNXGSEZZMSHL7VIWQDHRW66UWZNPOGKWJA6DVWDLSVVS3TYBVXR53K6",
     "ANCHOR31_AUTH_TOKEN": "sandbox-sep31:GANBGMMVHZ5CFXCQWUZYPAQJ4IUOH27V33I6F46KLRJB3HKL6LVQ2IMB",
     "SANDBOX_AP_SEP10_JWT_SECRET": "sandbox-sep10-secret-0123456789abcdef012345",
+    # urlsafe_b64encode(sha256(b"corridor-sandbox:pii")): a Fernet key anyone can derive.
+    "PII_KEY": "fmNKjC27EQlCXeXuUvFLg9mI32UAEhGx1LF7i9cD1aY=",
 }
 SANDBOX_SECRET_VALUES = tuple(_SANDBOX_SECRET_DEFAULTS.values())
 
@@ -534,9 +536,28 @@ SECRET_SETTINGS = (
             kind="seed"),
     _secret("STELLAR_CHANNEL_SECRETS", "STELLAR_CHANNEL_SECRETS",
             "Stellar channel account", 56, kind="seeds", required=False),
+    # Fernet keys of the customers' personal data (anchor/pii.py): 44 characters each.
+    _secret("PII_KEYS", "CORRIDOR_PII_KEYS", "personal data encryption", 44, kind="keys"),
 )
 # Sandbox-only secrets (development.py); production never defines them.
 SANDBOX_ONLY_SECRET_SETTINGS = ("SANDBOX_AP_SEP10_JWT_SECRET", "STELLAR_CHANNEL_SEED_SECRET")
+
+# --- Customers and KYC (SEP-12; anchor/customers.py) ---
+# Fernet keys of the personal data, first one encrypts (anchor/pii.py).
+PII_KEYS = env.list("CORRIDOR_PII_KEYS", default=[_SANDBOX_SECRET_DEFAULTS["PII_KEY"]])
+# One uploaded file (ID photo, proof of address...): at most this many bytes; JPEG, PNG
+# or PDF by their first bytes. A whole PUT /customer body: at most CUSTOMER_BODY_MAX_BYTES.
+CUSTOMER_FILE_MAX_BYTES = env.int("CUSTOMER_FILE_MAX_BYTES", default=5 * 1024 * 1024)
+CUSTOMER_BODY_MAX_BYTES = env.int("CUSTOMER_BODY_MAX_BYTES", default=16 * 1024 * 1024)
+# SEP-12 types whose complete customers wait for a person (PROCESSING until accepted);
+# the others are ACCEPTED once their fields pass the automatic checks.
+KYC_REVIEW_TYPES = env.list("KYC_REVIEW_TYPES", default=[])
+# A deleted customer who moved money keeps the personal data this long after the last
+# movement (PMLA 2002 s.12(1)(a) and the PML Rules 2005: records of identity kept for
+# five years after the business relationship ended), then it is erased.
+KYC_RETENTION_DAYS = env.int("KYC_RETENTION_DAYS", default=5 * 366)
+# How often the beat task erases deleted customers whose retention ended.
+KYC_ERASE_PERIOD_S = env.float("KYC_ERASE_PERIOD_S", default=3600.0)
 
 # --- Stored Stellar envelopes: one rule for every outbox (anchor/envelopes.py) ---
 # An envelope whose fate Horizon cannot prove (landed, alive or dead) this long after

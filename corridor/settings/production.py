@@ -18,7 +18,7 @@ ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=[])
 
 # Secrets without the sandbox defaults base.py gives them (the registry is in base.py).
 for _secret in SECRET_SETTINGS:
-    if _secret["kind"] == "seeds":
+    if _secret["kind"] in ("seeds", "keys"):
         globals()[_secret["setting"]] = env.list(_secret["env"], default=[])
     else:
         globals()[_secret["setting"]] = env(_secret["env"], default="")
