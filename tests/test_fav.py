@@ -13,7 +13,13 @@ from django.conf import settings
 from anchor import razorpay as rzp
 from payouts import fav
 from tests.conftest import reference_path
-from tests.sandbox.test_razorpayx_fav import bank_account, set_account, unique_digits, vpa_account
+from tests.flows import (
+    bank_fund_account,
+    unique_account_number,
+    validation_account,
+    vpa_fund_account,
+    wait_for,
+)
 
 
 def reference() -> str:
@@ -34,8 +40,8 @@ def validations_with(sandbox, ref: str) -> list[dict]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_create_validates_an_active_bank_account(clean_sandbox):
-    fund_account = bank_account(clean_sandbox, holder="Kavita Nair")
+def test_create_validates_an_active_bank_fund_account(clean_sandbox):
+    fund_account = bank_fund_account(clean_sandbox, holder="Kavita Nair")
     ref = reference()
 
     got = fav.create_validation(fund_account_id=fund_account["id"], reference=ref,
@@ -58,7 +64,7 @@ def test_create_validates_an_active_bank_account(clean_sandbox):
 def test_a_second_create_with_the_reference_returns_the_first_and_pays_for_no_other(
     clean_sandbox
 ):
-    fund_account = bank_account(clean_sandbox)
+    fund_account = bank_fund_account(clean_sandbox)
     ref = reference()
     first = fav.create_validation(fund_account_id=fund_account["id"], reference=ref)
 
@@ -71,8 +77,8 @@ def test_a_second_create_with_the_reference_returns_the_first_and_pays_for_no_ot
 @pytest.mark.django_db(transaction=True)
 def test_a_reference_of_another_fund_account_is_refused(clean_sandbox):
     ref = reference()
-    fav.create_validation(fund_account_id=bank_account(clean_sandbox)["id"], reference=ref)
-    other = bank_account(clean_sandbox)
+    fav.create_validation(fund_account_id=bank_fund_account(clean_sandbox)["id"], reference=ref)
+    other = bank_fund_account(clean_sandbox)
 
     with pytest.raises(fav.ValidationRefused) as refused:
         fav.create_validation(fund_account_id=other["id"], reference=ref)
@@ -83,17 +89,15 @@ def test_a_reference_of_another_fund_account_is_refused(clean_sandbox):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_pending_validation_is_created_then_fetched_completed(clean_sandbox):
-    number = unique_digits()
-    set_account(clean_sandbox, account_number=number, pending_s=1.0)
-    fund_account = bank_account(clean_sandbox, holder="Gurpreet Singh", number=number)
+    number = unique_account_number()
+    validation_account(clean_sandbox, account_number=number, pending_s=1.0)
+    fund_account = bank_fund_account(clean_sandbox, holder="Gurpreet Singh", number=number)
 
     got = fav.create_validation(fund_account_id=fund_account["id"], reference=reference())
 
     assert (got.status, got.account_status, got.registered_name, got.utr) == (
         "created", None, None, None)
     assert not got.active
-    from tests.flows import wait_for
-
     done = wait_for(lambda: (v := fav.fetch_validation(got.id)).status == "completed" and v,
                     timeout=10)
     assert (done.account_status, done.registered_name) == ("active", "Gurpreet Singh")
@@ -101,9 +105,9 @@ def test_a_pending_validation_is_created_then_fetched_completed(clean_sandbox):
 
 @pytest.mark.django_db(transaction=True)
 def test_an_invalid_account_parses_as_not_active_without_a_name(clean_sandbox):
-    number = unique_digits()
-    set_account(clean_sandbox, account_number=number, account_status="invalid")
-    fund_account = bank_account(clean_sandbox, number=number)
+    number = unique_account_number()
+    validation_account(clean_sandbox, account_number=number, account_status="invalid")
+    fund_account = bank_fund_account(clean_sandbox, number=number)
 
     got = fav.create_validation(fund_account_id=fund_account["id"], reference=reference())
 
@@ -115,11 +119,11 @@ def test_an_invalid_account_parses_as_not_active_without_a_name(clean_sandbox):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_failed_validation_has_no_account_status(clean_sandbox):
-    number = unique_digits()
-    set_account(clean_sandbox, account_number=number, status="failed")
+    number = unique_account_number()
+    validation_account(clean_sandbox, account_number=number, status="failed")
+    fund_account = bank_fund_account(clean_sandbox, number=number)
 
-    got = fav.create_validation(fund_account_id=bank_account(clean_sandbox, number=number)["id"],
-                                reference=reference())
+    got = fav.create_validation(fund_account_id=fund_account["id"], reference=reference())
 
     assert (got.status, got.account_status, got.registered_name) == ("failed", None, None)
     assert not got.active
@@ -127,9 +131,9 @@ def test_a_failed_validation_has_no_account_status(clean_sandbox):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_different_registered_name_is_a_name_mismatch(clean_sandbox):
-    number = unique_digits()
-    set_account(clean_sandbox, account_number=number, registered_name="DEEPAK CHAUDHARY")
-    fund_account = bank_account(clean_sandbox, holder="Kavita Nair", number=number)
+    number = unique_account_number()
+    validation_account(clean_sandbox, account_number=number, registered_name="DEEPAK CHAUDHARY")
+    fund_account = bank_fund_account(clean_sandbox, holder="Kavita Nair", number=number)
 
     got = fav.create_validation(fund_account_id=fund_account["id"], reference=reference())
 
@@ -141,7 +145,7 @@ def test_a_different_registered_name_is_a_name_mismatch(clean_sandbox):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_vpa_validates_with_no_utr(clean_sandbox):
-    fund_account = vpa_account(clean_sandbox, name="Ravi Kumar")
+    fund_account = vpa_fund_account(clean_sandbox, name="Ravi Kumar")
 
     got = fav.create_validation(fund_account_id=fund_account["id"], reference=reference())
 

@@ -12,7 +12,6 @@ import hashlib
 import hmac
 import json
 import threading
-import uuid
 
 import httpx
 import pytest
@@ -22,7 +21,14 @@ from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
 from tests.conftest import reference_path
-from tests.flows import wait_for
+from tests.flows import (
+    bank_fund_account,
+    razorpayx,
+    unique_account_number,
+    validation_account,
+    vpa_fund_account,
+    wait_for,
+)
 
 ACCOUNT_NUMBER = getattr(settings, "RAZORPAYX_ACCOUNT_NUMBER", "2323230041626905")
 
@@ -69,9 +75,7 @@ def receiver(settings, clean_sandbox) -> Receiver:
 
 
 def api(sandbox, method: str, path_: str, **kwargs) -> httpx.Response:
-    return httpx.request(method, f"{sandbox.url}/razorpay/v1{path_}", timeout=20,
-                         auth=(settings.RAZORPAY_KEY_ID, settings.RAZORPAY_KEY_SECRET),
-                         **kwargs)
+    return razorpayx(sandbox, method, path_, **kwargs)
 
 
 def reference() -> dict:
@@ -85,44 +89,12 @@ def error(description: str, field: str | None) -> dict:
                       "reason": "input_validation_failed", "metadata": {}, "field": field}}
 
 
-def unique_digits() -> str:
-    return str(uuid.uuid4().int)[:15]
-
-
-def bank_account(sandbox, *, holder: str = "Priya Sharma", number: str | None = None) -> dict:
-    contact = api(sandbox, "POST", "/contacts", json={
-        "name": holder, "type": "customer", "reference_id": f"c-{uuid.uuid4().hex[:12]}"})
-    assert contact.status_code == 200, contact.text
-    response = api(sandbox, "POST", "/fund_accounts", json={
-        "contact_id": contact.json()["id"], "account_type": "bank_account",
-        "bank_account": {"name": holder, "ifsc": "HDFC0000053",
-                         "account_number": number or unique_digits()}})
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def vpa_account(sandbox, *, name: str = "Ravi Kumar") -> dict:
-    contact = api(sandbox, "POST", "/contacts", json={
-        "name": name, "type": "customer", "reference_id": f"c-{uuid.uuid4().hex[:12]}"})
-    assert contact.status_code == 200, contact.text
-    response = api(sandbox, "POST", "/fund_accounts", json={
-        "contact_id": contact.json()["id"], "account_type": "vpa",
-        "vpa": {"address": f"ravi.{uuid.uuid4().hex[:8]}@okhdfcbank"}})
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
 def validate(sandbox, fund_account: dict, **overrides) -> dict:
     body = {"account_number": ACCOUNT_NUMBER, "fund_account": {"id": fund_account["id"]},
             "amount": 127, "currency": "INR", "notes": {"beneficiary": "b-1"}} | overrides
     response = api(sandbox, "POST", "/fund_accounts/validations", json=body)
     assert response.status_code == 200, response.text
     return response.json()
-
-
-def set_account(sandbox, **body) -> httpx.Response:
-    return httpx.post(f"{sandbox.url}/razorpay/sandbox/fund_accounts/validations/accounts",
-                      json=body, timeout=10)
 
 
 def fetch(sandbox, validation_id: str) -> dict:
@@ -143,7 +115,7 @@ def webhooks_of(receiver: Receiver, validation_id: str, count: int = 1) -> list[
 def test_active_bank_account_completes_at_once_with_the_holder_name_and_a_signed_webhook(
     receiver, clean_sandbox
 ):
-    fund_account = bank_account(clean_sandbox, holder="Priya Sharma")
+    fund_account = bank_fund_account(clean_sandbox, holder="Priya Sharma")
 
     created = validate(clean_sandbox, fund_account)
 
@@ -180,10 +152,10 @@ def test_active_bank_account_completes_at_once_with_the_holder_name_and_a_signed
 def test_a_registered_name_set_for_the_account_number_gives_a_name_mismatch(
     receiver, clean_sandbox
 ):
-    number = unique_digits()
-    assert set_account(clean_sandbox, account_number=number,
+    number = unique_account_number()
+    assert validation_account(clean_sandbox, account_number=number,
                        registered_name="MOHAMMED IRFAN SHAIKH").status_code == 200
-    fund_account = bank_account(clean_sandbox, holder="Priya Sharma", number=number)
+    fund_account = bank_fund_account(clean_sandbox, holder="Priya Sharma", number=number)
 
     created = validate(clean_sandbox, fund_account)
 
@@ -196,9 +168,9 @@ def test_a_registered_name_set_for_the_account_number_gives_a_name_mismatch(
 
 @pytest.mark.django_db(transaction=True)
 def test_an_invalid_account_completes_with_null_name_and_no_utr(receiver, clean_sandbox):
-    number = unique_digits()
-    set_account(clean_sandbox, account_number=number, account_status="invalid")
-    fund_account = bank_account(clean_sandbox, number=number)
+    number = unique_account_number()
+    validation_account(clean_sandbox, account_number=number, account_status="invalid")
+    fund_account = bank_fund_account(clean_sandbox, number=number)
 
     created = validate(clean_sandbox, fund_account)
 
@@ -215,9 +187,9 @@ def test_an_invalid_account_completes_with_null_name_and_no_utr(receiver, clean_
 def test_a_pending_validation_stays_created_then_completes_with_its_webhook(
     receiver, clean_sandbox
 ):
-    number = unique_digits()
-    set_account(clean_sandbox, account_number=number, pending_s=1.5)
-    fund_account = bank_account(clean_sandbox, holder="Anil Kumar Verma", number=number)
+    number = unique_account_number()
+    validation_account(clean_sandbox, account_number=number, pending_s=1.5)
+    fund_account = bank_fund_account(clean_sandbox, holder="Anil Kumar Verma", number=number)
 
     created = validate(clean_sandbox, fund_account)
 
@@ -236,10 +208,10 @@ def test_a_pending_validation_stays_created_then_completes_with_its_webhook(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_failed_validation_sends_the_failed_webhook(receiver, clean_sandbox):
-    number = unique_digits()
-    set_account(clean_sandbox, account_number=number, status="failed")
+    number = unique_account_number()
+    validation_account(clean_sandbox, account_number=number, status="failed")
 
-    created = validate(clean_sandbox, bank_account(clean_sandbox, number=number))
+    created = validate(clean_sandbox, bank_fund_account(clean_sandbox, number=number))
 
     assert created["status"] == "failed"
     assert created["results"]["account_status"] == ""
@@ -251,7 +223,7 @@ def test_a_failed_validation_sends_the_failed_webhook(receiver, clean_sandbox):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_vpa_validates_with_the_contact_name_and_no_utr(receiver, clean_sandbox):
-    fund_account = vpa_account(clean_sandbox, name="Ravi Kumar")
+    fund_account = vpa_fund_account(clean_sandbox, name="Ravi Kumar")
 
     created = validate(clean_sandbox, fund_account)
 
@@ -264,8 +236,8 @@ def test_a_vpa_validates_with_the_contact_name_and_no_utr(receiver, clean_sandbo
 
 @pytest.mark.django_db(transaction=True)
 def test_a_vpa_name_can_be_set_too(receiver, clean_sandbox):
-    fund_account = vpa_account(clean_sandbox, name="Ravi Kumar")
-    set_account(clean_sandbox, vpa=fund_account["vpa"]["address"], registered_name="R KUMAR")
+    fund_account = vpa_fund_account(clean_sandbox, name="Ravi Kumar")
+    validation_account(clean_sandbox, vpa=fund_account["vpa"]["address"], registered_name="R KUMAR")
 
     created = validate(clean_sandbox, fund_account)
 
@@ -276,7 +248,7 @@ def test_a_vpa_name_can_be_set_too(receiver, clean_sandbox):
 def test_composite_form_creates_the_fund_account_and_answers_shape_two(
     receiver, clean_sandbox
 ):
-    number = unique_digits()
+    number = unique_account_number()
     body = {
         "source_account_number": ACCOUNT_NUMBER, "validation_type": "pennydrop",
         "reference_id": "kyc-42", "notes": {"k": "v"},
@@ -306,7 +278,7 @@ def test_composite_form_creates_the_fund_account_and_answers_shape_two(
 
 @pytest.mark.django_db(transaction=True)
 def test_list_by_account_number_is_newest_first(receiver, clean_sandbox):
-    fund_account = bank_account(clean_sandbox)
+    fund_account = bank_fund_account(clean_sandbox)
     first = validate(clean_sandbox, fund_account)
     second = validate(clean_sandbox, fund_account)
 
@@ -342,7 +314,7 @@ BAD_BODIES = [
 def test_bad_bodies_are_refused_with_razorpays_error_shape(
     receiver, clean_sandbox, change, description, field
 ):
-    fund_account = bank_account(clean_sandbox)
+    fund_account = bank_fund_account(clean_sandbox)
     body = {"account_number": ACCOUNT_NUMBER, "fund_account": {"id": fund_account["id"]},
             "amount": 100} | change
     body = {k: v for k, v in body.items() if v is not None}
@@ -364,7 +336,7 @@ def test_composite_refusals_create_no_contact(receiver, clean_sandbox):
     body = {"source_account_number": ACCOUNT_NUMBER, "validation_type": "pennydrop",
             "fund_account": {"account_type": "bank_account",
                              "bank_account": {"name": "Sunita Devi", "ifsc": "BAD",
-                                              "account_number": unique_digits()},
+                                              "account_number": unique_account_number()},
                              "contact": {"name": "Sunita Devi Unique Contact"}}}
 
     response = api(clean_sandbox, "POST", "/fund_accounts/validations", json=body)
@@ -398,6 +370,6 @@ def test_unknown_id_bad_auth_and_bad_sandbox_account_are_refused(receiver, clean
                         ({"account_number": "1", "status": "processed"}, "status"),
                         ({"account_number": "1", "pending_s": -1}, "pending_s"),
                         ({"account_number": "1", "registered_name": 7}, "registered_name")):
-        refused = set_account(clean_sandbox, **body)
+        refused = validation_account(clean_sandbox, **body)
         assert refused.status_code == 400, body
         assert refused.json()["error"]["field"] == field
