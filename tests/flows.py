@@ -471,3 +471,58 @@ def processing_payout(sbx, *faults: str) -> WithdrawalPayout:
     payout = wait_for(created, what="payout created")
     assert payout.status == "processing"
     return payout
+
+
+# --- RazorpayX beneficiaries for Fund Account Validation ---------------------------------
+
+
+def razorpayx(sandbox, method: str, path: str, **kwargs) -> httpx.Response:
+    """A RazorpayX API call to the sandbox (``/razorpay/v1{path}``, our Basic auth)."""
+    return httpx.request(method, f"{sandbox.url}/razorpay/v1{path}", timeout=20,
+                         auth=(settings.RAZORPAY_KEY_ID, settings.RAZORPAY_KEY_SECRET),
+                         **kwargs)
+
+
+def unique_account_number() -> str:
+    """A 15-digit bank account number no other test uses (the sandbox's validation
+    outcomes are chosen per account number)."""
+    import uuid
+
+    return str(uuid.uuid4().int)[:15]
+
+
+def bank_fund_account(sandbox, *, holder: str = "Priya Sharma",
+                      number: str | None = None) -> dict:
+    """A contact and a bank fund account in the sandbox RazorpayX, holder ``holder``."""
+    import uuid
+
+    contact = razorpayx(sandbox, "POST", "/contacts", json={
+        "name": holder, "type": "customer", "reference_id": f"c-{uuid.uuid4().hex[:12]}"})
+    assert contact.status_code == 200, contact.text
+    response = razorpayx(sandbox, "POST", "/fund_accounts", json={
+        "contact_id": contact.json()["id"], "account_type": "bank_account",
+        "bank_account": {"name": holder, "ifsc": "HDFC0000053",
+                         "account_number": number or unique_account_number()}})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def vpa_fund_account(sandbox, *, name: str = "Ravi Kumar") -> dict:
+    """A contact named ``name`` and a fresh VPA fund account in the sandbox RazorpayX."""
+    import uuid
+
+    contact = razorpayx(sandbox, "POST", "/contacts", json={
+        "name": name, "type": "customer", "reference_id": f"c-{uuid.uuid4().hex[:12]}"})
+    assert contact.status_code == 200, contact.text
+    response = razorpayx(sandbox, "POST", "/fund_accounts", json={
+        "contact_id": contact.json()["id"], "account_type": "vpa",
+        "vpa": {"address": f"ravi.{uuid.uuid4().hex[:8]}@okhdfcbank"}})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def validation_account(sandbox, **body) -> httpx.Response:
+    """Choose what validating one beneficiary account answers in the sandbox
+    (``POST /razorpay/sandbox/fund_accounts/validations/accounts``; body there)."""
+    return httpx.post(f"{sandbox.url}/razorpay/sandbox/fund_accounts/validations/accounts",
+                      json=body, timeout=10)

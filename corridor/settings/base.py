@@ -310,6 +310,9 @@ RAZORPAY_WEBHOOK_PREVIOUS_SECRET = env("RAZORPAY_WEBHOOK_PREVIOUS_SECRET", defau
 RAZORPAY_CHECKOUT_URL = env("RAZORPAY_CHECKOUT_URL", default="")
 # Our RazorpayX account number (the debit side of every payout, NOTES §2.1).
 RAZORPAYX_ACCOUNT_NUMBER = env("RAZORPAYX_ACCOUNT_NUMBER", default="2323230041626905")
+# Fund Account Validation (TREASURY §6.4): the least payouts.fav.name_match score, in
+# [0, 1], at which the bank's registered name counts as our KYC name.
+FAV_NAME_MATCH_THRESHOLD = env.float("FAV_NAME_MATCH_THRESHOLD", default=0.8)
 
 # --- Withdrawal pricing: USDC in, INR out ---
 WITHDRAW_RATE_INR_PER_USDC = Decimal(env.str("WITHDRAW_RATE_INR_PER_USDC", default="84.00"))

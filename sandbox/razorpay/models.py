@@ -8,7 +8,9 @@ The webhook outbox (``WebhookEvent`` + ``WebhookDelivery``) is shared by pay-in 
 (target ``payments``) and RazorpayX payout events (target ``payouts``).
 
 RazorpayX (NOTES §2): ``Contact`` -> ``FundAccount`` -> ``Payout``; ``PayoutIdempotencyKey``
-records each ``X-Payout-Idempotency`` key and the request it was first used with.
+records each ``X-Payout-Idempotency`` key and the request it was first used with;
+``FundAccountValidation`` validates a fund account (TREASURY §6), answered as the test's
+``ValidationAccount`` row for that beneficiary account says.
 """
 
 from django.db import models
@@ -242,3 +244,63 @@ class PayoutIdempotencyKey(models.Model):
 
     class Meta:
         db_table = "sandbox_razorpayx_idempotency_keys"
+
+
+class FundAccountValidation(models.Model):
+    """A RazorpayX fund account validation (TREASURY §6; docs
+    ``api/x/account-validation/bank-account``, ``api/x/composite-account-validation``).
+
+    status: ``created`` -> ``completed`` (the check ran: read ``account_status``) |
+    ``failed`` (technical failure; charge reversed). ``form``: ``fund_account`` (shape 1,
+    an existing ``fa_`` id; answered with ``results``) or ``composite`` (shape 2, contact
+    and fund account created from the body; answered with ``validation_results``,
+    ``status_details`` and ``reference_id``). ``outcome``: the sandbox account's
+    behaviour (``ValidationAccount``) taken at create; the background loop completes a
+    ``created`` one at ``complete_ts``.
+    """
+
+    id = models.CharField(primary_key=True, max_length=40)  # fav_ + 14 base62
+    fund_account = models.ForeignKey(FundAccount, on_delete=models.PROTECT,
+                                     related_name="validations")
+    form = models.CharField(max_length=12)  # "fund_account" | "composite"
+    account_number = models.CharField(max_length=40)  # ours (customer identifier)
+    amount = models.BigIntegerField()  # paise, fees excluded
+    currency = models.CharField(max_length=3)
+    notes = models.JSONField(default=list)
+    reference_id = models.CharField(max_length=40, null=True)  # composite form only
+    status = models.CharField(max_length=10)
+    account_status = models.CharField(max_length=10, null=True)
+    registered_name = models.CharField(max_length=120, null=True)
+    details = models.CharField(max_length=255, null=True)
+    name_match_score = models.IntegerField(null=True)  # 0-100
+    utr = models.CharField(max_length=40, null=True)
+    outcome = models.JSONField(default=dict)
+    complete_ts = models.DateTimeField(null=True)
+    created_at = models.BigIntegerField()  # unix seconds
+    created_ts = models.DateTimeField()
+    completed_ts = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "sandbox_razorpayx_fund_account_validations"
+        indexes = [models.Index(fields=["complete_ts"])]
+
+
+class ValidationAccount(models.Model):
+    """What the sandbox's "bank" answers when a beneficiary account is validated, set by
+    tests (``POST /razorpay/sandbox/fund_accounts/validations/accounts``). ``key``: the
+    bank account number or the VPA address. Without a row: ``active``, ``completed`` at
+    once, registered name = the fund account's holder name (bank) or contact name (VPA).
+
+    ``registered_name`` null: derived as above. ``status``: ``completed`` | ``failed``.
+    ``pending_s``: seconds the validation stays ``created`` before it ends.
+    """
+
+    key = models.CharField(primary_key=True, max_length=256)
+    registered_name = models.CharField(max_length=120, null=True)
+    account_status = models.CharField(max_length=10, default="active")
+    status = models.CharField(max_length=10, default="completed")
+    pending_s = models.FloatField(default=0.0)
+    created_ts = models.DateTimeField()
+
+    class Meta:
+        db_table = "sandbox_razorpayx_validation_accounts"

@@ -95,8 +95,10 @@ from sandbox.razorpay.common import RazorpayError, new_id, server_error
 from sandbox.razorpay.models import (
     Contact,
     FundAccount,
+    FundAccountValidation,
     Payout,
     PayoutIdempotencyKey,
+    ValidationAccount,
     WebhookDelivery,
     WebhookEvent,
 )
@@ -1038,11 +1040,14 @@ def settle(*, payout_id: str, data) -> dict:
 
 
 def reset() -> None:
-    """Empty the RazorpayX tables (idempotency keys, payouts, fund accounts, contacts) and the
-    payout webhooks (target ``payouts``) of the shared outbox."""
+    """Empty the RazorpayX tables (idempotency keys, payouts, fund account validations and
+    the validation accounts, fund accounts, contacts) and the RazorpayX webhooks (target
+    ``payouts``) of the shared outbox."""
     with transaction.atomic(using=DB):
         WebhookDelivery.objects.using(DB).filter(event__target="payouts").delete()
         WebhookEvent.objects.using(DB).filter(target="payouts").delete()
+        FundAccountValidation.objects.using(DB).all().delete()
+        ValidationAccount.objects.using(DB).all().delete()
         PayoutIdempotencyKey.objects.using(DB).all().delete()
         Payout.objects.using(DB).all().delete()
         FundAccount.objects.using(DB).all().delete()

@@ -1,8 +1,8 @@
 """Hooks of the Razorpay stand-in for ``sandbox.registry``.
 
 - ``background(stop)``: the webhook delivery loop, the late captures of fault
-  ``razorpay.payment_failed_then_captured`` and the RazorpayX payout life cycle (settle,
-  reverse), until ``stop`` is set;
+  ``razorpay.payment_failed_then_captured``, the RazorpayX payout life cycle (settle,
+  reverse) and the endings of pending fund account validations, until ``stop`` is set;
 - ``reset()``: empty the stand-in's tables.
 
 Fault switches of this stand-in (``sandbox.control.faults``), documented in
@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.db import DatabaseError, connections
 
-from sandbox.razorpay import payins, payouts, webhooks
+from sandbox.razorpay import payins, payouts, validations, webhooks
 
 log = logging.getLogger(__name__)
 
@@ -32,13 +32,15 @@ SENDERS = 8  # concurrent deliveries (fault razorpay.webhook_replay with concurr
 
 
 def background(stop: threading.Event) -> None:
-    """Deliver due webhooks, run due late captures and payout steps until ``stop`` is set."""
+    """Deliver due webhooks, run due late captures, payout steps and validation endings
+    until ``stop`` is set."""
     with ThreadPoolExecutor(max_workers=SENDERS, thread_name_prefix="razorpay-webhook") as pool:
         try:
             while not stop.is_set():
                 try:
                     payins.capture_due_late_payments()
                     payouts.advance_due()
+                    validations.advance_due()
                     webhooks.dispatch_due(pool)
                 except DatabaseError:
                     # The database went away or the tables were being reset: reconnect on
@@ -52,7 +54,7 @@ def background(stop: threading.Event) -> None:
 
 
 def reset() -> None:
-    """Empty contacts, fund accounts, payouts, idempotency keys, orders, payments, webhook
-    events and deliveries."""
+    """Empty contacts, fund accounts, fund account validations, payouts, idempotency keys,
+    orders, payments, webhook events and deliveries."""
     payouts.reset()
     payins.reset()

@@ -16,7 +16,7 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 
-from sandbox.razorpay import payins, payouts, webhooks
+from sandbox.razorpay import payins, payouts, validations, webhooks
 from sandbox.razorpay.common import RazorpayError, check_basic_auth
 from sandbox.razorpay.models import WebhookEvent
 
@@ -112,6 +112,32 @@ def fund_accounts(request):
 @_api("GET")
 def fund_account(request, fund_account_id: str):
     return JsonResponse(payouts.get_fund_account(fund_account_id))
+
+
+@_api("GET", "POST")
+def fund_account_validations(request):
+    """``POST /v1/fund_accounts/validations`` validates a fund account (TREASURY §6.2, both
+    forms in ``validations``); ``GET /v1/fund_accounts/validations?account_number=&count=
+    &skip=`` lists (TREASURY §6.3)."""
+    if request.method == "POST":
+        return JsonResponse(validations.create_validation(data=_json_body(request)))
+    return JsonResponse(validations.list_validations(
+        params=request.GET,
+        count=_int_param(request, "count", 10, 100),
+        skip=_int_param(request, "skip", 0, 10**9),
+    ))
+
+
+@_api("GET")
+def fund_account_validation(request, validation_id: str):
+    return JsonResponse(validations.get_validation(validation_id))
+
+
+@_api("POST", auth=False)
+def sandbox_validation_account(request):
+    """``POST /razorpay/sandbox/fund_accounts/validations/accounts``: what validating one
+    beneficiary account answers (body in ``validations.set_account``)."""
+    return JsonResponse(validations.set_account(data=_json_body(request)))
 
 
 @_api("GET", "POST")
