@@ -299,6 +299,18 @@ def production_problems() -> list[Problem]:
 
 
 @checks.register(checks.Tags.security)
+def beneficiary_check(app_configs=None, **kwargs) -> list[checks.Warning]:
+    """Production with FAV_REQUIRED off pays bank accounts nobody verified
+    (payouts/beneficiaries.py): allowed, where RazorpayX offers no FAV, but said."""
+    if _mode() == "production" and not settings.FAV_REQUIRED:
+        return [checks.Warning(
+            "FAV_REQUIRED is off: withdrawals pay bank accounts whose holder nobody "
+            "verified", id="corridor.W001",
+            hint="Turn it on where RazorpayX offers fund account validation.")]
+    return []
+
+
+@checks.register(checks.Tags.security)
 def production_check(app_configs=None, **kwargs) -> list[checks.Error]:
     """System check: one ``Error`` per problem of ``production_problems()``."""
     return [checks.Error(p.message, id=p.id, hint=_HINT) for p in production_problems()]

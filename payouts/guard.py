@@ -31,6 +31,7 @@ from structlog.contextvars import bound_contextvars
 
 from anchor import platform
 from common.crashpoints import crash_point
+from payouts import beneficiaries
 from payouts.models import PayoutAttempt, WithdrawalPayout, WithdrawalRequest
 from payouts.providers.base import DisburseResult, ProviderPayout
 from payouts.providers.razorpayx import provider as default_provider
@@ -60,8 +61,18 @@ def lock_request(transaction_id: str) -> None:
 # --- entry points ------------------------------------------------------------------
 
 def payout_run(*, request: WithdrawalRequest) -> WithdrawalPayout | None:
-    """Pay a verified withdrawal once. Existing payouts are resumed, never re-paid."""
+    """Pay a verified withdrawal once. Existing payouts are resumed, never re-paid.
+    Before the first claim the beneficiary must be verified (payouts/beneficiaries.py):
+    None while its validation is pending, and None with the request moved to
+    ``manual_review`` when it is refused (a mismatch, an invalid account)."""
     with bound_contextvars(transaction_id=request.transaction_id):
+        if not WithdrawalPayout.objects.filter(transaction_id=request.transaction_id).exists():
+            verdict = beneficiaries.check(request)  # whose account: before the first payout
+            if verdict.outcome == beneficiaries.REFUSED:
+                _request_to_review(request, f"beneficiary not verified: {verdict.reason}")
+                return None
+            if verdict.outcome == beneficiaries.WAITING:
+                return None
         if not settings.PAYOUT_GUARD:
             return _unguarded_payout(request)
         payout = payout_claim(request=request)
@@ -284,6 +295,12 @@ def _note(payout: WithdrawalPayout, error: str) -> None:
 
 def _fresh(payout: WithdrawalPayout) -> WithdrawalPayout:
     return WithdrawalPayout.objects.get(pk=payout.pk)
+
+
+def _request_to_review(request: WithdrawalRequest, reason: str) -> None:
+    WithdrawalRequest.objects.filter(pk=request.pk).update(
+        status=WithdrawalRequest.Status.MANUAL_REVIEW, review_reason=reason[:2000],
+        updated_at=timezone.now())
 
 
 def _unguarded_payout(request: WithdrawalRequest) -> WithdrawalPayout:

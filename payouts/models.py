@@ -37,6 +37,10 @@ class WithdrawalRequest(models.Model):
     rate = models.DecimalField(max_digits=14, decimal_places=4)
     beneficiary_type = models.CharField(max_length=12)  # bank_account | vpa
     beneficiary_display = models.CharField(max_length=80)  # masked
+    # The account holder's name as the customer gave it, sealed (anchor/pii.py): what
+    # the bank's registered name must match before the first payout
+    # (payouts/beneficiaries.py). NULL for requests made before it was kept.
+    beneficiary_name = models.BinaryField(null=True, blank=True)
     contact_id = models.CharField(max_length=40)
     fund_account_id = models.CharField(max_length=40)
     # What the wallet must pay: AP's withdraw account and memo (memo ids are strings:
@@ -321,3 +325,38 @@ class WithdrawalRefund(StatusMachine, models.Model):
 
     def __str__(self) -> str:
         return f"refund {self.transaction_id} {self.status}"
+
+
+class FundAccountValidation(models.Model):
+    """RazorpayX fund account validation of one beneficiary (payouts/beneficiaries.py):
+    one row per fund account, made before its first payout and then reused.
+
+    ``status`` is RazorpayX's (``created``, ``completed``, ``failed``) and
+    ``account_status`` the bank's answer (``active``, ``invalid``); ``registered_name``
+    the bank's name, sealed (anchor/pii.py); ``name_score`` its match with the name we
+    were given (payouts/fav.py, in [0, 1]); ``decision``: ``pending`` (ask again),
+    ``verified`` (may be paid), ``refused`` (never paid without a person; ``reason``).
+    ``fee_paise``: RazorpayX's charge when it reports one (for the books)."""
+
+    class Decision(models.TextChoices):
+        PENDING = "pending"
+        VERIFIED = "verified"
+        REFUSED = "refused"
+
+    fund_account_id = models.CharField(max_length=40, unique=True)
+    reference = models.CharField(max_length=40)
+    validation_id = models.CharField(max_length=40, blank=True, default="")
+    status = models.CharField(max_length=12, blank=True, default="")
+    account_status = models.CharField(max_length=12, blank=True, default="")
+    registered_name = models.BinaryField(null=True, blank=True)
+    name_score = models.DecimalField(max_digits=5, decimal_places=4, null=True, blank=True)
+    decision = models.CharField(max_length=10, choices=Decision.choices,
+                                default=Decision.PENDING)
+    reason = models.TextField(blank=True, default="")
+    fee_paise = models.BigIntegerField(null=True, blank=True)
+    utr = models.CharField(max_length=40, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "fund_account_validations"

@@ -44,7 +44,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from anchor import platform, stellar
+from anchor import pii, platform, stellar
 from anchor import razorpay as rzp
 from anchor.models import ApTransactionEvent, DepositOrder, DepositPayment
 from common.console import (
@@ -447,7 +447,9 @@ def payout_new_attempt(*, payout_id: int, operator, note: str,
                 WithdrawalRequest.objects.filter(pk=request.pk).update(
                     contact_id=contact_id, fund_account_id=fund_account_id,
                     beneficiary_type=beneficiary.kind,
-                    beneficiary_display=beneficiary.masked(), updated_at=timezone.now())
+                    beneficiary_display=beneficiary.masked(),
+                    beneficiary_name=pii.seal(beneficiary.name.encode()),
+                    updated_at=timezone.now())
         detail["previous_clock_started_at"] = current.clock_started_at.isoformat()
         # The guard's clocks (PAYOUT_UNKNOWN_REVIEW_S, PAYOUT_SETTLEMENT_WINDOW_S) run from
         # clock_started_at; they restart with the attempt the provider now holds.

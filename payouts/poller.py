@@ -125,7 +125,14 @@ def withdrawal_process(*, ap_tx: dict) -> str:
             status=WithdrawalRequest.Status.FUNDS_VERIFIED, received_amount=verdict.received,
             chain_evidence=verdict.evidence, review_reason=verdict.reason)
         payout = guard.payout_run(request=request)
-        return f"payout_{payout.status}" if payout else "claimed_elsewhere"
+        if payout is not None:
+            return f"payout_{payout.status}"
+        request.refresh_from_db()
+        if request.status == WithdrawalRequest.Status.MANUAL_REVIEW:
+            return "manual_review"  # the beneficiary was refused
+        if not payout_of(transaction_id).exists():
+            return "beneficiary_pending"
+        return "claimed_elsewhere"
 
 
 def _ap_amount(ap_tx: dict):

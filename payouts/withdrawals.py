@@ -11,7 +11,7 @@ from decimal import ROUND_DOWN, Decimal, InvalidOperation
 from django.conf import settings
 from django.utils import timezone
 
-from anchor import platform, submissions
+from anchor import pii, platform, submissions
 from anchor import razorpay as rzp
 from common.crashpoints import crash_point
 from payouts.guard import provider
@@ -187,7 +187,9 @@ def _register(claim: submissions.Claim, ap_tx: dict, amount_in: Decimal,
                 "amount_in": q.amount_in, "fee": q.fee, "amount_out": q.amount_out,
                 "amount_out_paise": rzp.rupees_to_paise(q.amount_out), "rate": q.rate,
                 "beneficiary_type": beneficiary.kind,
-                "beneficiary_display": beneficiary.masked(), "contact_id": contact_id,
+                "beneficiary_display": beneficiary.masked(),
+                "beneficiary_name": pii.seal(beneficiary.name.encode()),
+                "contact_id": contact_id,
                 "fund_account_id": fund_account_id,
                 "source_account": ap_tx.get("source_account") or ""})[0]))
 

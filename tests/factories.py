@@ -34,6 +34,7 @@ from anchor.quotes import usdc_asset
 from ledger.models import Account, BalanceDelta, Entry, Posting
 from payouts.models import (
     ChainCursor,
+    FundAccountValidation,
     PayoutAttempt,
     PayoutEvent,
     StellarReceipt,
@@ -413,3 +414,11 @@ class EntryFactory(factory.django.DjangoModelFactory):
         credit = kwargs.get("credit") or AccountFactory(currency=debit.currency)
         Posting.objects.bulk_create([Posting(entry=self, account=debit, amount=amount),
                                      Posting(entry=self, account=credit, amount=-amount)])
+
+
+class FundAccountValidationFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = FundAccountValidation
+
+    fund_account_id = factory.Sequence(lambda n: f"fa_{n:014d}")
+    reference = factory.LazyAttribute(lambda o: f"fav-{o.fund_account_id}")

@@ -408,3 +408,11 @@ def test_the_rotate_command_reseals_rows_so_the_old_key_can_go(client, settings)
     settings.PII_KEYS = settings.PII_KEYS[:1]
     assert customers.personal_data(Customer.objects.get())["first_name"] == "Asha"
     assert pii.unseal(CustomerFile.objects.get().data) == JPEG
+
+
+def test_production_warns_when_beneficiaries_go_unverified(settings):
+    settings.CORRIDOR_ENV = "production"
+    settings.FAV_REQUIRED = False
+    assert [w.id for w in checks.beneficiary_check()] == ["corridor.W001"]
+    settings.FAV_REQUIRED = True
+    assert checks.beneficiary_check() == []

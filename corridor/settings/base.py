@@ -313,6 +313,12 @@ RAZORPAYX_ACCOUNT_NUMBER = env("RAZORPAYX_ACCOUNT_NUMBER", default="232323004162
 # Fund Account Validation (TREASURY §6.4): the least payouts.fav.name_match score, in
 # [0, 1], at which the bank's registered name counts as our KYC name.
 FAV_NAME_MATCH_THRESHOLD = env.float("FAV_NAME_MATCH_THRESHOLD", default=0.8)
+# Validate a beneficiary's fund account before its first payout (payouts/beneficiaries.py).
+# Off only where RazorpayX offers no FAV (current accounts, test mode: TREASURY §0.6).
+FAV_REQUIRED = env.bool("FAV_REQUIRED", default=True)
+# A validation the bank has not answered (or RazorpayX unreachable) this long goes to a
+# person instead of waiting.
+FAV_PENDING_REVIEW_S = env.float("FAV_PENDING_REVIEW_S", default=3600.0)
 
 # --- Withdrawal pricing: USDC in, INR out ---
 WITHDRAW_RATE_INR_PER_USDC = Decimal(env.str("WITHDRAW_RATE_INR_PER_USDC", default="84.00"))
