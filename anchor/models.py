@@ -360,6 +360,27 @@ class CustomerEvent(models.Model):
         ordering = ["id"]
 
 
+class CustomerVolume(models.Model):
+    """What one customer moved or asked to move, for the daily and monthly limits
+    (anchor/limits.py): one row per AP transaction (deposit, withdrawal, inbound
+    payout), its INR value, written under a lock of the customer's row before any
+    outbound call, so two tabs cannot both pass a limit that one of them would reach.
+    ``released_at``: the transaction ended without moving money (an expired deposit);
+    it no longer counts."""
+
+    transaction_id = models.CharField(max_length=64, unique=True)
+    customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="volumes")
+    kind = models.CharField(max_length=12)
+    amount_inr = models.DecimalField(max_digits=14, decimal_places=2)
+    created_at = models.DateTimeField(db_default=Now())
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "customer_volumes"
+        indexes = [models.Index(fields=["customer", "created_at"],
+                                name="customer_volumes_window_idx")]
+
+
 class SourceAccount(models.Model):
     """A channel account: the source of release transactions, one in flight at a time.
 

@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from anchor import callbacks, deposits, platform, releases, stellar
+from anchor import callbacks, deposits, limits, platform, releases, stellar
 from anchor import razorpay as rzp
 from anchor.models import DepositOrder, DepositPayment, DepositRelease
 
@@ -282,6 +282,7 @@ def expire_abandoned() -> int:
             continue
         DepositOrder.objects.filter(pk=order.pk, status=DepositOrder.Status.AWAITING_PAYMENT
                                     ).update(status=DepositOrder.Status.EXPIRED)
+        limits.release(order.transaction_id)  # no money moved: off the customer's limits
         expired += 1
     return expired
 

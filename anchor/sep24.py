@@ -78,7 +78,8 @@ def open_session(request, claims: dict, scope: str) -> None:
     (``SCOPE_INTERACTIVE`` or ``SCOPE_MORE_INFO``). A session keeps the widest scope it
     was given for a transaction: opening the status link after the interactive URL does
     not take the forms away. Session shape: ``{"scopes": {transaction_id: scope},
-    "sub": account, "checkout_paid": {transaction_id: order_id}}``."""
+    "sub": account, "subs": {transaction_id: account}, "checkout_paid":
+    {transaction_id: order_id}}``."""
     if scope not in _RANK:
         raise ValueError(f"unknown SEP-24 scope {scope!r}")
     data = dict(request.session.get(SESSION_KEY, {}))
@@ -86,7 +87,15 @@ def open_session(request, claims: dict, scope: str) -> None:
     transaction_id = claims["jti"]
     if _RANK.get(scopes.get(transaction_id), 0) < _RANK[scope]:
         scopes[transaction_id] = scope
-    request.session[SESSION_KEY] = {**data, "scopes": scopes, "sub": claims.get("sub")}
+    subs = {**data.get("subs", {}), transaction_id: claims.get("sub") or ""}
+    request.session[SESSION_KEY] = {**data, "scopes": scopes, "sub": claims.get("sub"),
+                                    "subs": subs}
+
+
+def session_sub(request, transaction_id: str) -> str:
+    """The SEP-10 subject (``G...`` or ``G...:memo``) of the token that opened
+    ``transaction_id`` in this session ("" if none): whose limits and KYC apply."""
+    return request.session.get(SESSION_KEY, {}).get("subs", {}).get(transaction_id, "")
 
 
 def session_scope(request, transaction_id: str) -> str | None:

@@ -27,7 +27,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 from structlog.contextvars import bind_contextvars
 
-from anchor import callbacks, customers, deposits, platform, quotes, sep24, submissions
+from anchor import callbacks, customers, deposits, limits, platform, quotes, sep24, submissions
 from anchor import razorpay as rzp
 from anchor.models import DepositOrder, DepositRelease, InboundEvent
 from corridor import inbound, metrics
@@ -135,6 +135,47 @@ def submitting_page(request, *, kind: str, transaction_id: str, form_url: str,
 
 
 @require_http_methods(["GET", "POST"])
+def kyc_and_limits(request, context: dict, transaction_id: str, kind: str,
+                   amount_inr) -> bool:
+    """The SEP-24 pages' gate (anchor/limits.py) before a quote or a confirm: True to go
+    on. Otherwise ``context`` holds what to show: ``kyc`` (the KYC fields to ask for,
+    with what was typed) and/or ``errors`` (by field; ``amount`` for a limit). On a
+    confirm the amount is reserved against the limits."""
+    sub = sep24.session_sub(request, transaction_id)
+    try:
+        gate = limits.gate(sub, amount_inr)
+        if gate.kyc_fields and any(request.POST.get(f) for f in gate.kyc_fields):
+            limits.give_kyc(sub, {f: request.POST.get(f, "") for f in gate.kyc_fields})
+            gate = limits.gate(sub, amount_inr)
+        if gate.kyc_fields:
+            context["kyc"] = {"fields": gate.kyc_fields,
+                              "threshold": settings.KYC_SEP24_THRESHOLD_INR}
+            context["kyc_values"] = {f: request.POST.get(f, "") for f in gate.kyc_fields}
+            if request.POST.get("confirm") == "yes":
+                context["errors"] = {"amount": "Give your details below for this amount."}
+            return False
+        if request.POST.get("confirm") == "yes":
+            limits.reserve(sub=sub, transaction_id=transaction_id, kind=kind,
+                           amount_inr=amount_inr)
+        else:
+            left = min(limits.headroom(sub))
+            if amount_inr > left:
+                context["errors"] = {"amount": f"This is over your limit: "
+                                               f"₹{max(left, 0):.2f} is left."}
+                return False
+    except (limits.LimitReached, limits.KycRequired) as exc:
+        context["errors"] = {"amount": str(exc)}
+        return False
+    except customers.CustomerInputError as exc:
+        field = next((f for f in limits.SEP24_KYC_FIELDS if f in str(exc)), "amount")
+        context["kyc"] = {"fields": limits.SEP24_KYC_FIELDS,
+                          "threshold": settings.KYC_SEP24_THRESHOLD_INR}
+        context["kyc_values"] = {f: request.POST.get(f, "") for f in limits.SEP24_KYC_FIELDS}
+        context["errors"] = {field: str(exc)}
+        return False
+    return True
+
+
 def deposit(request, transaction_id: str):
     """The deposit form: INR amount in, rate and fee shown (amount locked while the
     quote is shown; "Change amount" unlocks it), then the checkout hand-off. Needs the
@@ -170,6 +211,9 @@ def deposit(request, transaction_id: str):
     if request.method == "POST" and "edit" not in request.POST:
         try:
             amount = deposits.parse_inr(request.POST.get("amount", ""))
+            if not kyc_and_limits(request, context, transaction_id, "deposit", amount):
+                return render(request, "sep24/deposit.html", context,
+                              status=400 if context["errors"] else 200)
             if request.POST.get("confirm") != "yes":
                 context["quote"] = deposits.quote(amount)
                 return render(request, "sep24/deposit.html", context)

@@ -18,6 +18,7 @@ from anchor import callbacks, inbox, platform, sep24, submissions
 from anchor import razorpay as rzp
 from anchor.models import InboundEvent
 from anchor.views import (
+    kyc_and_limits,
     register_status_details,
     sep24_error,
     signed_event_rejected,
@@ -80,6 +81,10 @@ def withdraw(request, transaction_id: str):
         return render(request, "sep24/withdraw.html", context)
     try:
         amount, beneficiary = withdrawals.parse_form(request.POST)
+        inr = withdrawals.quote(amount).amount_out
+        if not kyc_and_limits(request, context, transaction_id, "withdrawal", inr):
+            return render(request, "sep24/withdraw.html", context,
+                          status=400 if context["errors"] else 200)
         if request.POST.get("confirm") != "yes":
             context["quote"] = withdrawals.quote(amount)
             return render(request, "sep24/withdraw.html", context)

@@ -21,6 +21,7 @@ from anchor.models import (
     Customer,
     CustomerEvent,
     CustomerFile,
+    CustomerVolume,
     DepositOrder,
     DepositPayment,
     DepositRelease,
@@ -422,3 +423,13 @@ class FundAccountValidationFactory(factory.django.DjangoModelFactory):
 
     fund_account_id = factory.Sequence(lambda n: f"fa_{n:014d}")
     reference = factory.LazyAttribute(lambda o: f"fav-{o.fund_account_id}")
+
+
+class CustomerVolumeFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = CustomerVolume
+
+    transaction_id = factory.Sequence(lambda n: f"tx-{n:08d}")
+    customer = factory.SubFactory(CustomerFactory)
+    kind = "deposit"
+    amount_inr = Decimal("1000.00")

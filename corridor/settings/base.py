@@ -565,6 +565,13 @@ KYC_REVIEW_TYPES = env.list("KYC_REVIEW_TYPES", default=[])
 # movement (PMLA 2002 s.12(1)(a) and the PML Rules 2005: records of identity kept for
 # five years after the business relationship ended), then it is erased.
 KYC_RETENTION_DAYS = env.int("KYC_RETENTION_DAYS", default=5 * 366)
+# SEP-24 pages: above this INR value a deposit or withdrawal needs the KYC fields
+# (anchor/limits.py); per-customer limits over the calendar day and month of
+# LIMITS_TIME_ZONE.
+KYC_SEP24_THRESHOLD_INR = Decimal(env("KYC_SEP24_THRESHOLD_INR", default="50000"))
+LIMIT_DAILY_INR = Decimal(env("LIMIT_DAILY_INR", default="200000"))
+LIMIT_MONTHLY_INR = Decimal(env("LIMIT_MONTHLY_INR", default="1000000"))
+LIMITS_TIME_ZONE = env("LIMITS_TIME_ZONE", default="Asia/Kolkata")
 # How often the beat task erases deleted customers whose retention ended.
 KYC_ERASE_PERIOD_S = env.float("KYC_ERASE_PERIOD_S", default=3600.0)
 

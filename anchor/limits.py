@@ -1,0 +1,139 @@
+"""Per-customer KYC above a threshold and daily / monthly limits for the SEP-24 pages
+(and, through ``reserve``, any flow that moves a customer's money).
+
+A SEP-24 user is the SEP-10 subject of the interactive token (``sub``: ``G...`` or
+``G...:memo``, anchor-platform NOTES.md §4.2), kept as a ``sep24-customer``
+(anchor/customers.py). Above KYC_SEP24_THRESHOLD_INR (the INR value of the deposit or
+withdrawal) the pages ask for ``SEP24_KYC_FIELDS``, stored through the same SEP-12 rules
+(PAN format, dates...); a customer an operator rejected, or still being checked, cannot
+go above the threshold.
+
+Limits: LIMIT_DAILY_INR and LIMIT_MONTHLY_INR per customer, over the calendar day and
+month in LIMITS_TIME_ZONE (India: Asia/Kolkata); what counts is every transaction's INR
+value reserved here (``customer_volumes``), not released. ``reserve`` locks the
+customer's row, sums the window and inserts (or updates) the transaction's row in one
+transaction, so concurrent submissions are counted one after the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from anchor import customers
+from anchor.models import Customer, CustomerVolume
+
+SEP24_KYC_FIELDS = ("first_name", "last_name", "tax_id", "birth_date")
+
+
+class LimitReached(Exception):
+    """The customer's daily or monthly limit would be passed; the message is for them."""
+
+
+class KycRequired(Exception):
+    """The amount needs KYC the customer cannot give here now (rejected, or waiting
+    for a person); the message is for them."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What the page must do before it can take ``amount_inr``: ``kyc_fields`` to ask
+    for (empty: none)."""
+
+    kyc_fields: tuple[str, ...] = ()
+
+
+def split_sub(sub: str) -> tuple[str, str]:
+    account, _, memo = (sub or "").partition(":")
+    return account, memo
+
+
+def sep24_customer(sub: str) -> Customer:
+    """The ``sep24-customer`` of a SEP-10 subject, made on first use."""
+    account, memo = split_sub(sub)
+    customer, _ = Customer.objects.get_or_create(
+        account=account, memo=memo, memo_type="id" if memo else "", type=customers.SEP24,
+        deleted_at__isnull=True, defaults={"review": Customer.Review.AUTO})
+    return customer
+
+
+def _kyc_done(customer: Customer) -> bool:
+    return set(SEP24_KYC_FIELDS) <= set(customer.provided)
+
+
+def gate(sub: str, amount_inr: Decimal) -> Gate:
+    """Whether ``amount_inr`` needs KYC fields first. Raises KycRequired."""
+    if amount_inr <= settings.KYC_SEP24_THRESHOLD_INR:
+        return Gate()
+    customer = sep24_customer(sub)
+    status = customers.answer(customer).status
+    if status == customers.REJECTED:
+        raise KycRequired(f"This account cannot move more than "
+                          f"₹{settings.KYC_SEP24_THRESHOLD_INR} at a time.")
+    if not _kyc_done(customer):
+        return Gate(kyc_fields=SEP24_KYC_FIELDS)
+    if status == customers.PROCESSING:
+        raise KycRequired("We are checking your details; amounts above "
+                          f"₹{settings.KYC_SEP24_THRESHOLD_INR} are possible once that "
+                          "is done.")
+    return Gate()
+
+
+def give_kyc(sub: str, fields: dict[str, str]) -> Customer:
+    """Store the KYC fields the page collected (SEP-12 rules). Raises
+    customers.CustomerInputError with the field named."""
+    customer = sep24_customer(sub)
+    return customers.put({"id": customer.id, "tax_id_name": "PAN",
+                          **{k: fields.get(k, "") for k in SEP24_KYC_FIELDS}})
+
+
+def _windows(now: datetime) -> tuple[datetime, datetime]:
+    local = now.astimezone(ZoneInfo(settings.LIMITS_TIME_ZONE))
+    day = local.replace(hour=0, minute=0, second=0, microsecond=0)
+    return day, day.replace(day=1)
+
+
+def used(customer: Customer, *, since: datetime, but: str = "") -> Decimal:
+    rows = CustomerVolume.objects.filter(customer=customer, created_at__gte=since,
+                                         released_at__isnull=True).exclude(transaction_id=but)
+    return rows.aggregate(total=Sum("amount_inr"))["total"] or Decimal(0)
+
+
+def headroom(sub: str) -> tuple[Decimal, Decimal]:
+    """INR left today and this month for ``sub``."""
+    customer = sep24_customer(sub)
+    day, month = _windows(timezone.now())
+    return (settings.LIMIT_DAILY_INR - used(customer, since=day),
+            settings.LIMIT_MONTHLY_INR - used(customer, since=month))
+
+
+def reserve(*, sub: str, transaction_id: str, kind: str, amount_inr: Decimal) -> None:
+    """Count ``amount_inr`` against ``sub``'s limits for ``transaction_id`` (again: its
+    row is updated, not added). Raises LimitReached (nothing written)."""
+    customer = sep24_customer(sub)
+    with transaction.atomic():
+        Customer.objects.select_for_update().filter(pk=customer.pk).first()
+        day, month = _windows(timezone.now())
+        for label, since, limit in (("today", day, settings.LIMIT_DAILY_INR),
+                                    ("this month", month, settings.LIMIT_MONTHLY_INR)):
+            left = limit - used(customer, since=since, but=transaction_id)
+            if amount_inr > left:
+                raise LimitReached(f"This is over your limit: ₹{max(left, Decimal(0)):.2f} "
+                                   f"is left {label} (₹{limit} in all).")
+        CustomerVolume.objects.update_or_create(
+            transaction_id=transaction_id,
+            defaults={"customer": customer, "kind": kind, "amount_inr": amount_inr,
+                      "released_at": None})
+
+
+def release(transaction_id: str) -> None:
+    """The transaction ended without moving money: it no longer counts."""
+    CustomerVolume.objects.filter(transaction_id=transaction_id,
+                                  released_at__isnull=True).update(released_at=timezone.now())
