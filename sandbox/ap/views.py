@@ -29,7 +29,7 @@ from django.conf import settings
 from django.http import HttpResponseNotAllowed, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from sandbox.ap import listing, rpc, sep, sep38
+from sandbox.ap import listing, rpc, sep, sep12, sep31, sep38
 from sandbox.ap.models import ApEvent, ApObservedPayment, ApObserverState, ApTransaction
 from sandbox.ap.objects import instant, platform_object, sep24_object
 from sandbox.control import faults
@@ -262,6 +262,104 @@ def sep38_quote_get_view(request, quote_id: str):
     """``GET /ap/sep/sep38/quote/{id}`` (SEP-10 token of its creator)."""
     return _sep38(request, "GET", lambda: JsonResponse(
         sep38.get_quote(quote_id, sep.read_token(request.headers.get("Authorization")))))
+
+
+# ------------------------------------------------------------------------- SEP-12
+
+
+def _auth(request) -> sep.WebAuth:
+    return sep.read_token(request.headers.get("Authorization"))
+
+
+def _put_fields(request) -> tuple[dict, dict[str, bytes]]:
+    """A PUT body as AP binds it: JSON, form-urlencoded or multipart (text parts and
+    files). Raises SepError 400."""
+    if request.content_type == "multipart/form-data":
+        try:
+            form, files = request.parse_file_upload(request.META, request)
+        except Exception:  # Django's multipart parser errors: a malformed body
+            raise sep.SepError(400, BAD_BODY["error"]) from None
+        return {k: form.get(k) for k in form}, {k: files[k].read() for k in files}
+    if request.content_type == "application/x-www-form-urlencoded":
+        from django.http import QueryDict
+
+        form = QueryDict(request.body, encoding="utf-8")
+        return {k: form.get(k) for k in form}, {}
+    return sep12.text_fields("application/json", request.body, None), {}
+
+
+@csrf_exempt
+def sep12_customer_view(request):
+    """``GET`` / ``PUT /ap/sep/sep12/customer`` (SEP-10 token), forwarded to the anchor's
+    ``/customer`` callback (sandbox/ap/sep12.py)."""
+    if request.method not in ("GET", "PUT"):
+        return HttpResponseNotAllowed(["GET", "PUT"])
+    try:
+        auth = _auth(request)
+        if request.method == "GET":
+            return JsonResponse(sep12.get_customer(request.GET.dict(), auth))
+        fields, files = _put_fields(request)
+        return JsonResponse(sep12.put_customer(fields, files, auth), status=202)
+    except sep.SepError as exc:
+        return _sep_error(exc)
+
+
+@csrf_exempt
+def sep12_customer_delete_view(request, account: str):
+    """``DELETE /ap/sep/sep12/customer/{account}`` (body ``memo``, ``memo_type``)."""
+    if request.method != "DELETE":
+        return HttpResponseNotAllowed(["DELETE"])
+    try:
+        auth = _auth(request)
+        fields = _put_fields(request)[0] if request.body else {}
+        sep12.delete_customer(account, fields, auth)
+    except sep.SepError as exc:
+        return _sep_error(exc)
+    return JsonResponse({}, status=200)
+
+
+# ------------------------------------------------------------------------- SEP-31
+
+
+@csrf_exempt
+def sep31_info_view(request):
+    """``GET /ap/sep/sep31/info`` (SEP-10 token)."""
+    if request.method != "GET":
+        return HttpResponseNotAllowed(["GET"])
+    try:
+        _auth(request)
+    except sep.SepError as exc:
+        return _sep_error(exc)
+    return JsonResponse(sep31.info())
+
+
+@csrf_exempt
+def sep31_transactions_view(request):
+    """``POST /ap/sep/sep31/transactions`` (SEP-10 token, JSON): 201 ``{"id"}``."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    try:
+        auth = _auth(request)
+        try:
+            body = json.loads(request.body or b"{}", parse_float=Decimal)
+        except (ValueError, UnicodeDecodeError):
+            raise sep.SepError(400, BAD_BODY["error"]) from None
+        if not isinstance(body, dict):
+            raise sep.SepError(400, BAD_BODY["error"])
+        answer = sep31.post_transaction(body, auth, client_ip=request.META.get("REMOTE_ADDR"))
+    except sep.SepError as exc:
+        return _sep_error(exc)
+    return JsonResponse(answer, status=201)
+
+
+def sep31_transaction_view(request, transaction_id: str):
+    """``GET /ap/sep/sep31/transactions/{id}`` (SEP-10 token of its creator)."""
+    if request.method != "GET":
+        return HttpResponseNotAllowed(["GET"])
+    try:
+        return JsonResponse(sep31.get_transaction(transaction_id, _auth(request)))
+    except sep.SepError as exc:
+        return _sep_error(exc)
 
 
 # ------------------------------------------------------------------------- sandbox only
