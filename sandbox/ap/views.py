@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import threading
 from decimal import Decimal
 from functools import wraps
 
@@ -429,6 +430,87 @@ def observer_view(request):
             for p in rows
         ],
     })
+
+
+_SENDER_RUNS: dict[str, dict] = {}
+_SENDER_LOCK = threading.Lock()
+
+
+def _sender_payment(body: dict):
+    from sandbox.sender31 import Payment
+
+    pay = body.get("pay") or {}
+    if not isinstance(pay, dict):
+        raise ValueError("pay must be an object")
+    times = pay.get("times", 1)
+    if not isinstance(times, int) or isinstance(times, bool) or not 0 <= times <= 5:
+        raise ValueError("pay.times must be an integer from 0 to 5")
+    asset = pay.get("asset", "usdc")
+    if asset not in ("usdc", "native"):
+        raise ValueError("pay.asset must be usdc or native")
+    text = {k: (None if pay.get(k) is None else str(pay[k]))
+            for k in ("amount", "memo", "destination")}
+    return Payment(times=times, asset=asset, **text)
+
+
+@csrf_exempt
+def sender31_send_view(request):
+    """``POST /ap/sandbox/sender31/send {"amount"?, "pay"?: {"amount", "times", "memo",
+    "asset", "destination"}, "timeout_s"?}`` (sandbox only): the foreign sending anchor
+    (sandbox/sender31.py) registers both customers, takes a firm quote and creates the
+    SEP-31 transaction now (202 with the ids), then waits in the background up to
+    ``timeout_s`` (default 120) for ``pending_sender`` and pays as ``pay`` says. 400 for
+    a bad body; the SA's refused step as 502 with the answer it got."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    from sandbox import sender31
+
+    try:
+        body = json.loads(request.body or b"{}")
+        if not isinstance(body, dict):
+            raise ValueError("the body must be a JSON object")
+        payment = _sender_payment(body)
+        amount = str(body.get("amount", "100"))
+        timeout = float(body.get("timeout_s", 120))
+        if not 0 < timeout <= 600:
+            raise ValueError("timeout_s must be in (0, 600]")
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    agent = sender31.SendingAnchor(settings.SANDBOX_URL)
+    try:
+        remittance = agent.start(amount=amount)
+    except sender31.SenderError as exc:
+        return JsonResponse({"error": str(exc), "status": exc.status, "body": exc.body},
+                            status=502)
+    run = {"transaction_id": remittance.transaction_id, "sender_id": remittance.sender_id,
+           "receiver_id": remittance.receiver_id, "quote_id": remittance.quote["id"],
+           "state": "waiting", "hashes": [], "error": None}
+    with _SENDER_LOCK:
+        _SENDER_RUNS[remittance.transaction_id] = run
+
+    def finish():
+        try:
+            agent.finish(remittance, payment, timeout=timeout)
+            update = {"state": "paid" if remittance.hashes else "not_paid",
+                      "hashes": remittance.hashes}
+        except Exception as exc:  # reported on the inspection endpoint
+            update = {"state": "failed", "error": str(exc)}
+        with _SENDER_LOCK:
+            run.update(update)
+
+    threading.Thread(target=finish, name="sandbox.sender31", daemon=True).start()
+    return JsonResponse(dict(run), status=202)
+
+
+def sender31_run_view(request, transaction_id: str):
+    """``GET /ap/sandbox/sender31/runs/{transaction_id}``: a triggered run's state
+    (``waiting`` | ``paid`` | ``not_paid`` | ``failed``), hashes and error."""
+    with _SENDER_LOCK:
+        run = _SENDER_RUNS.get(transaction_id)
+        run = dict(run) if run else None
+    if run is None:
+        return JsonResponse({"error": f"no run for {transaction_id[:64]}"}, status=404)
+    return JsonResponse(run)
 
 
 @csrf_exempt
