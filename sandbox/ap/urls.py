@@ -30,6 +30,7 @@ urlpatterns = [
     path("sandbox/events", views.events_view),
     path("sandbox/observer", views.observer_view),
     path("sandbox/reset", views.sandbox_reset_view),
+    path("sandbox/transactions/<str:transaction_id>", views.sandbox_transaction_view),
     path("sandbox/sender31/send", views.sender31_send_view),
     path("sandbox/sender31/runs/<str:transaction_id>", views.sender31_run_view),
 ]

@@ -432,6 +432,43 @@ def observer_view(request):
     })
 
 
+@csrf_exempt
+def sandbox_transaction_view(request, transaction_id: str):
+    """``POST /ap/sandbox/transactions/{id} {"status"?, "funds_received"?: bool,
+    "clear_refunds"?: bool}`` (sandbox only, for tests of the RPC table): put a
+    transaction in any status, as AP's deprecated ``PATCH /transactions`` can (NOTES
+    §1.8, no state-machine checks), and set or clear the hidden "funds received" flag
+    (``transfer_received_at``). Bumps ``version``; publishes nothing. 404 unknown id,
+    400 a bad body; 200 with the platform object."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        return JsonResponse({"error": "the body must be a JSON object"}, status=400)
+    changes: dict = {}
+    if "status" in body:
+        if body["status"] not in listing.STATUSES:
+            return JsonResponse({"error": f"unknown status {body['status']!r}"}, status=400)
+        changes["status"] = body["status"]
+    if "funds_received" in body:
+        if not isinstance(body["funds_received"], bool):
+            return JsonResponse({"error": "funds_received must be true or false"}, status=400)
+        changes["transfer_received_at"] = (dt.datetime.now(dt.UTC) if body["funds_received"]
+                                           else None)
+    if body.get("clear_refunds") is True:
+        changes["refunds"] = None
+    from django.db.models import F
+
+    rows = ApTransaction.objects.using(DB).filter(pk=transaction_id[:64])
+    if not rows.update(version=F("version") + 1, **changes):
+        return JsonResponse({"error": f"transaction (id={transaction_id[:64]}) is not found"},
+                            status=404)
+    return JsonResponse(platform_object(rows.get()))
+
+
 _SENDER_RUNS: dict[str, dict] = {}
 _SENDER_LOCK = threading.Lock()
 
