@@ -25,6 +25,10 @@ DISTRIBUTION = sandbox_keypair("distribution")
 #           remittances in USDC (10,000 XLM, 1,000,000 USDC);
 # ANCHOR31  GAOXUXDEWYCG3QL2GMHP4ZRFR5KVMPM6KQDR7LLFAZ62VFYR4256ORF2  the SEP-31 receiving
 #           anchor's receiving account (10,000 XLM, 1,000,000 USDC for refunds).
+# SENDER31  the foreign SEP-31 *sending* anchor that pays Corridor as a receiving anchor
+#           (sandbox/sender31.py creates it on first use: friendbot, a USDC trustline,
+#           USDC from the issuer).
 HUB = sandbox_keypair("hub")
 PARTNER = sandbox_keypair("partner")
 ANCHOR31 = sandbox_keypair("anchor31")
+SENDER31 = sandbox_keypair("sender31")

@@ -50,18 +50,23 @@ POLL_S = 0.05
 
 TRANSACTION_CREATED = "transaction_created"
 TRANSACTION_STATUS_CHANGED = "transaction_status_changed"
+CUSTOMER_UPDATED = "customer_updated"
 
 
 def publish(event_type: str, transaction_object: dict | None = None, *,
-            quote_object: dict | None = None) -> ApEvent:
+            quote_object: dict | None = None, customer_object: dict | None = None) -> ApEvent:
     """Append an event for ``transaction_object`` (the §1.7 object at publish time), or
-    for ``quote_object`` (``quote_created``: payload ``quote``, no transaction).
+    for ``quote_object`` (``quote_created``: payload ``quote``, no transaction), or for
+    ``customer_object`` (``customer_updated``: payload ``customer`` = ``{"id"}``,
+    SEP31-RECEIVE.md §7).
 
     Call inside the ``transaction.atomic(using="sandbox")`` block that changed the
     transaction, so the event exists exactly when the change does.
     """
     if transaction_object is not None:
         transaction_id, payload = transaction_object["id"], {"transaction": transaction_object}
+    elif customer_object is not None:
+        transaction_id, payload = "", {"customer": customer_object}
     else:
         transaction_id, payload = "", {"quote": quote_object}
     event = ApEvent.objects.using(DB).create(

@@ -6,7 +6,7 @@ AP-4.3.0 ``PlatformController.getTransactions`` + ``AllTransactionsRepositoryImp
 ``user_action_required_by``, ``order`` ``asc`` (default) | ``desc``, ``statuses``
 comma-separated or repeated, ``page_number`` default 0, ``page_size`` default 20; values
 match case-insensitively. SQL: ``ORDER BY <col> <dir> NULLS LAST, id ASC LIMIT size
-OFFSET number*size``. Only SEP-24 exists here; ``sep=6`` / ``31`` list nothing.
+OFFSET number*size``. SEP-24 and SEP-31 exist here; ``sep=6`` lists nothing.
 
 Errors: a missing ``sep`` is 400 ``The "sep" parameter is missing.``; a value Spring
 cannot convert (and Spring Data's paging guards) end in AP's catch-all handler, 500
@@ -104,10 +104,10 @@ def find(*, sep: str | None, order_by: str | None = None, order: str | None = No
         raise ListingError(500, "Page index must not be less than zero")
     if size < 1:
         raise ListingError(500, "Page size must not be less than one")
-    if sep_value != "24":
+    if sep_value not in ("24", "31"):
         return []
 
-    rows = ApTransaction.objects.using(DB).all()
+    rows = ApTransaction.objects.using(DB).filter(sep=sep_value)
     if wanted:
         rows = rows.filter(status__in=wanted)
     key = F(column).asc(nulls_last=True) if direction == "asc" else F(column).desc(

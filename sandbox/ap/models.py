@@ -1,6 +1,8 @@
 """State of the Anchor Platform stand-in, in the ``sandbox`` database.
 
-``ApTransaction`` mirrors AP-4.3.0 ``JdbcSep24Transaction`` (only SEP-24 exists here);
+``ApTransaction`` mirrors AP-4.3.0 ``JdbcSep24Transaction`` and, with ``sep = "31"``,
+``JdbcSep31Transaction`` (kind ``receive``: ``funding_method``, ``sender_id``,
+``receiver_id``; the SA's SEP-10 account and memo are the creator);
 ``ApEvent`` is the outbox of events for the callback API, delivered one at a time by
 ``sandbox.ap.events``. Amounts are kept as the decimal strings the caller sent (AP keeps
 ``String`` amounts and echoes them unchanged: ``"100"`` stays ``"100"``).
@@ -12,7 +14,7 @@ from django.db import models
 
 
 class ApTransaction(models.Model):
-    """One SEP-24 transaction as AP stores it.
+    """One SEP-24 or SEP-31 transaction as AP stores it.
 
     ``version`` is the optimistic-lock column (AP 4.2.0+, PR #1896): every RPC reads the
     row, validates, and writes back only ``WHERE version = <read version>``.
@@ -20,7 +22,8 @@ class ApTransaction(models.Model):
     """
 
     id = models.CharField(primary_key=True, max_length=64)
-    kind = models.CharField(max_length=16)  # deposit | withdrawal
+    sep = models.CharField(max_length=4, default="24")  # 24 | 31
+    kind = models.CharField(max_length=16)  # deposit | withdrawal | receive
     status = models.CharField(max_length=40)
     version = models.IntegerField(default=0)
 
@@ -64,6 +67,12 @@ class ApTransaction(models.Model):
     client_name = models.CharField(max_length=255, null=True)
     request_client_ip_address = models.CharField(max_length=64, null=True)
     lang = models.CharField(max_length=16, null=True)
+
+    # SEP-31 only (Sep31Transaction): stored unverified, AP 4.x does no KYC check.
+    funding_method = models.CharField(max_length=40, null=True)
+    sender_id = models.CharField(max_length=128, null=True)
+    receiver_id = models.CharField(max_length=128, null=True)
+    fields = models.JSONField(null=True)  # the deprecated ``fields.transaction`` map
 
     class Meta:
         db_table = "sandbox_ap_transactions"

@@ -1,4 +1,4 @@
-"""The JSON shapes AP puts on the wire for a SEP-24 transaction.
+"""The JSON shapes AP puts on the wire for a SEP-24 or SEP-31 transaction.
 
 - :func:`platform_object`: the Platform API transaction (RPC ``result``, REST bodies,
   event payloads). AP-4.3.0 ``TransactionMapper.toGetTransactionResponse(Sep24Transaction)``
@@ -6,6 +6,15 @@
   ``transfer_received_at`` and ``withdraw_anchor_account`` are not mapped for SEP-24.
 - :func:`sep24_object`: the wallet-facing SEP-24 ``GET /transaction`` view
   (``Sep24Helper.fromTxn``), with ``more_info_url``.
+- SEP-31 (``sep == "31"``, kind ``receive``): :func:`platform_object` follows
+  ``TransactionMapper.toGetTransactionResponse(Sep31Transaction)``: ``amount_out`` is
+  always present (``{}`` until known, as in the recorded examples), ``amount_expected``
+  in the ``amount_in`` asset, ``transfer_received_at`` mapped, ``customers`` =
+  ``{sender: {id}, receiver: {id}}``, ``creator`` = the SA's SEP-10 account/memo,
+  ``funding_method``, ``refund_memo`` = the payment memo (SEP31-RECEIVE.md §3.3);
+  :func:`sep31_object` is the SA's ``GET /sep31/transactions/:id`` view (no
+  ``updated_at``; ``stellar_account_id`` / ``stellar_memo`` / ``stellar_memo_type`` from
+  ``request_onchain_funds``; ``required_info_message`` = the last RPC ``message``).
 """
 
 from __future__ import annotations
@@ -100,6 +109,8 @@ def _stellar_id(account: str, memo: str | None) -> dict:
 
 def platform_object(txn: ApTransaction) -> dict:
     """The Platform API transaction object of ``txn`` (NOTES §1.7), keys in AP's order."""
+    if txn.sep == "31":
+        return _sep31_platform_object(txn)
     requested = request_asset_id(txn)
     customer = _stellar_id(txn.web_auth_account, txn.web_auth_account_memo)
     data = {
@@ -206,3 +217,77 @@ def _sep24_refunds(txn: ApTransaction) -> dict | None:
                      for p in txn.refunds.get("payments", [])],
     }
 
+
+
+def _sep31_platform_object(txn: ApTransaction) -> dict:
+    asset = txn.amount_in_asset or request_asset_id(txn)
+    data = {
+        "id": txn.id,
+        "sep": "31",
+        "kind": txn.kind,
+        "status": txn.status,
+        "funding_method": txn.funding_method,
+        "amount_expected": _amount(txn.amount_expected, asset),
+        "amount_in": _amount(txn.amount_in, txn.amount_in_asset),
+        "amount_out": {k: v for k, v in (("amount", txn.amount_out),
+                                         ("asset", txn.amount_out_asset)) if v is not None},
+        "fee_details": fee_details(txn),
+        "quote_id": txn.quote_id,
+        "started_at": instant(txn.started_at),
+        "updated_at": instant(txn.updated_at),
+        "completed_at": instant(txn.completed_at),
+        "transfer_received_at": instant(txn.transfer_received_at),
+        "user_action_required_by": instant(txn.user_action_required_by),
+        "message": txn.message,
+        "refunds": refunds(txn),
+        "stellar_transactions": txn.stellar_transactions or None,
+        "source_account": txn.from_account,
+        "destination_account": txn.to_account,
+        "external_transaction_id": txn.external_transaction_id,
+        "memo": txn.memo,
+        "memo_type": txn.memo_type,
+        "refund_memo": txn.memo,
+        "refund_memo_type": txn.memo_type,
+        "client_domain": txn.client_domain,
+        "client_name": txn.client_name,
+        "customers": {"sender": _drop_none({"id": txn.sender_id}),
+                      "receiver": _drop_none({"id": txn.receiver_id})},
+        "creator": _stellar_id(txn.web_auth_account, txn.web_auth_account_memo),
+        "request_client_ip_address": txn.request_client_ip_address,
+    }
+    return _drop_none(data)
+
+
+def sep31_object(txn: ApTransaction) -> dict:
+    """The SA's SEP-31 ``GET /transactions/:id`` view (``Sep31Transaction``, SEP-31
+    v3.1.0 fields; no ``updated_at``)."""
+    refund = None
+    if txn.refunds:
+        refund = {
+            "amount_refunded": txn.refunds.get("amount_refunded"),
+            "amount_fee": txn.refunds.get("amount_fee"),
+            "payments": [{"id": p["id"], "amount": p["amount"], "fee": p["fee"]}
+                         for p in txn.refunds.get("payments", [])],
+        }
+    data = {
+        "id": txn.id,
+        "status": txn.status,
+        "amount_in": txn.amount_in,
+        "amount_in_asset": txn.amount_in_asset,
+        "amount_out": txn.amount_out,
+        "amount_out_asset": txn.amount_out_asset,
+        "fee_details": fee_details(txn),
+        "quote_id": txn.quote_id,
+        "stellar_account_id": txn.to_account,
+        "stellar_memo": txn.memo,
+        "stellar_memo_type": txn.memo_type,
+        "started_at": instant(txn.started_at),
+        "completed_at": instant(txn.completed_at),
+        "user_action_required_by": instant(txn.user_action_required_by),
+        "stellar_transaction_id": txn.stellar_transaction_id,
+        "external_transaction_id": txn.external_transaction_id,
+        "refunded": txn.status == "refunded",
+        "refunds": refund,
+        "required_info_message": txn.message,
+    }
+    return _drop_none(data)

@@ -1,4 +1,5 @@
-"""AP's Stellar payment observer, for SEP-24 withdrawals (NOTES §4.3 step 5, §4.4, §5).
+"""AP's Stellar payment observer, for SEP-24 withdrawals (NOTES §4.3 step 5, §4.4, §5)
+and SEP-31 receives (SEP31-RECEIVE.md §3.3 "Observer matching").
 
 AP-4.3.0 runs ``HorizonPaymentObserver`` (``platform/.../observer/stellar/``) beside the
 platform server: it follows Horizon's payments from a cursor kept in the database
@@ -77,6 +78,18 @@ Fault switches (``POST /sandbox/faults``):
 - ``ap.asset_decimals`` (``sandbox.ap.assets``) and ``ap.rpc_32603_unindexed_hash`` /
   ``ap.rpc_slow`` (``sandbox.ap.rpc``) act on the observer's RPC as on any other.
 
+SEP-31: when no withdrawal matches, ``DefaultPaymentListener`` looks for a SEP-31
+transaction ``findByToAccountAndMemoAndStatus(to, memo, pending_sender)`` (the
+``destination_account`` and ``memo`` of ``request_onchain_funds``; the payer plays no
+part, issue #1056) and sends it the same ``notify_onchain_funds_received`` with
+``amount_in {amount}`` only: a short, over or wrong-asset payment is accepted, and a
+second payment after the first moved it to ``pending_receiver`` matches nothing. Two
+``pending_sender`` rows sharing (account, memo) make the lookup throw as above (4.3.0;
+4.4.0 #1942 logs and skips: the same outcome). The observer pages only the
+distribution account's payments (``sandbox.keys.DISTRIBUTION``): a
+``destination_account`` elsewhere is never observed here (AP adds it to its watched
+accounts).
+
 Not reproduced: the muxed-id retry of ``DefaultPaymentListener`` (its ``toAccount
 .startsWith("M")`` branch), which Horizon-sourced payments never reach because AP's ledger
 conversion hands the listener the G-address; SEP-6 and SEP-31 matching; Soroban
@@ -118,6 +131,7 @@ log = logging.getLogger(__name__)
 DB = "sandbox"
 MAX_RESULTS = 200  # HorizonPaymentObserver.MAX_RESULTS
 PENDING_USER_TRANSFER_START = "pending_user_transfer_start"
+PENDING_SENDER = "pending_sender"
 INCOMING_PAYMENT_RECEIVED = "Received an incoming payment"  # rpc.custom_messages default
 OUTGOING_PAYMENT_SENT = "Outgoing payment sent"
 PAYMENT_TYPES = {"payment", "path_payment_strict_send", "path_payment_strict_receive"}
@@ -268,6 +282,10 @@ def find_transaction(to_account: str | None, memo: str) -> ApTransaction | None:
     rows = ApTransaction.objects.using(DB).filter(
         withdraw_anchor_account=to_account, memo=memo, status=PENDING_USER_TRANSFER_START)
     found = list(rows[:2])  # no ORDER BY, as the derived query
+    if not found:
+        rows = ApTransaction.objects.using(DB).filter(
+            sep="31", to_account=to_account, memo=memo, status=PENDING_SENDER)
+        found = list(rows[:2])
     if len(found) > 1 and faults.peek(FAULT_MATCH_FIRST) is None:
         count = rows.count()
         raise LookupFailed(

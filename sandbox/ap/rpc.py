@@ -1,4 +1,5 @@
-"""JSON-RPC Platform API of the AP stand-in (NOTES §1.1-1.6), SEP-24 only.
+"""JSON-RPC Platform API of the AP stand-in (NOTES §1.1-1.6): SEP-24 deposits and
+withdrawals, and SEP-31 ``receive`` transactions (SEP31-RECEIVE.md §3.2-3.3).
 
 Envelope (AP-4.3.0 ``RpcService`` / ``RpcUtil``): a batch is a JSON array answered by an
 array in request order, entries run one after another and are not atomic, more than
@@ -31,6 +32,49 @@ Fault switches:
 
 AP's payment observer (``sandbox.ap.observer``) calls ``notify_onchain_funds_received``
 through :func:`handle_one`, the same path as the HTTP endpoint.
+
+SEP-31 (kind ``receive``, AP-4.3.0 handlers' ``getSupportedStatuses`` for protocol 31;
+"funds received" = ``transfer_received_at`` set, only by ``notify_onchain_funds_received``):
+
+- ``request_onchain_funds``: ``pending_receiver`` (funds not received) -> ``pending_sender``
+- ``notify_onchain_funds_received``: ``pending_sender`` -> ``pending_receiver``
+- ``notify_customer_info_updated``: ``pending_receiver``, ``pending_customer_info_update``
+  -> by the customer's status (below)
+- ``notify_offchain_funds_pending``: ``pending_receiver`` (**no funds check**) ->
+  ``pending_external``
+- ``notify_offchain_funds_sent``: ``pending_receiver`` (**no funds check**),
+  ``pending_external`` -> ``completed``
+- ``notify_refund_sent``: ``pending_receiver``, ``pending_stellar`` (**no funds check**)
+  -> ``refunded`` / ``pending_anchor``
+- ``notify_transaction_error``: all but ``error``, ``expired``, ``completed``,
+  ``refunded`` -> ``error``
+- ``notify_transaction_expired``: the same, funds not received -> ``expired``
+- ``notify_transaction_recovery``: ``error``, ``expired``, funds received ->
+  ``pending_receiver``
+
+Every other method is -32600 ``... kind[receive], protocol[31], funds received[B]``. The
+traps are kept: payout notifies and refunds are accepted before any USDC arrived, and a
+partial refund leaves the transaction in ``pending_anchor``, which only
+``notify_transaction_error`` leaves (§3.3). SEP-31 specifics:
+
+- ``request_onchain_funds``: ``sep31.deposit_info_generator_type: none``: ``memo``
+  (MEMO_ID digits; -32602 ``memo and memo_type are required`` / ``Invalid id memo: X``)
+  and ``destination_account`` (-32602 ``destination_account is required``) are
+  required; ``memo_type`` is not read (stored type is always ``id``).
+- ``notify_onchain_funds_received``: also sets ``source_account`` from the first
+  payment of the Stellar transaction; no check of asset, amount or destination.
+- ``notify_customer_info_updated`` (``customer_id``, ``customer_type``, ``message``):
+  with ``customer_id`` AP calls ``GET {callback}/customer?id=&transaction_id=&type=``
+  and reads ``status`` as ``Sep12Status.valueOf``: ``ACCEPTED`` / ``PROCESSING`` ->
+  ``pending_receiver``, ``NEEDS_INFO`` -> ``pending_customer_info_update``,
+  ``REJECTED`` -> ``error`` (``message`` required); any other text or a failed callback
+  -> -32603. Without ``customer_id`` -> ``pending_receiver``. With one, a
+  ``customer_updated`` event follows the status event.
+- ``notify_refund_sent``: ``refund`` is required (-32602 ``refund is required``); a
+  second refund from ``pending_receiver`` is -32600 ``Multiple refunds aren't supported
+  for kind[receive], protocol[31] and action[notify_refund_sent]``; the refund replaces
+  the stored list; refund + fee = ``amount_in`` -> ``refunded``, less ->
+  ``pending_anchor``, more -> -32602 ``Refund amount exceeds amount_in``.
 """
 
 from __future__ import annotations
@@ -121,6 +165,13 @@ SEP24_STATUSES = [
     "too_large",
 ]
 _NOT_CLOSED = [s for s in SEP24_STATUSES if s not in FINAL | ERRORS]
+# AP SepHelper#sep31Statuses, plus pending_anchor (reached by a partial refund, §3.3).
+SEP31_STATUSES = [
+    "pending_sender", "pending_stellar", "pending_customer_info_update",
+    "pending_transaction_info_update", "pending_receiver", "pending_external", "completed",
+    "refunded", "expired", "error", "pending_anchor",
+]
+_SEP31_NOT_CLOSED = [s for s in SEP31_STATUSES if s not in FINAL | ERRORS]
 
 
 def _from(*pairs) -> tuple[tuple[str, str], ...]:
@@ -203,6 +254,23 @@ STATE_MACHINE: dict[str, dict[str, tuple[tuple[tuple[str, str], ...], str | None
     "notify_customer_info_updated": {},
 }
 
+_RECEIVE: dict[str, tuple[tuple[tuple[str, str], ...], str | None]] = {
+    "request_onchain_funds": (_from(("pending_receiver", NOT_RECEIVED)), "pending_sender"),
+    "notify_onchain_funds_received": (_from("pending_sender"), "pending_receiver"),
+    "notify_customer_info_updated": (_from("pending_receiver", "pending_customer_info_update"),
+                                     None),
+    "notify_offchain_funds_pending": (_from("pending_receiver"), "pending_external"),
+    "notify_offchain_funds_sent": (_from("pending_receiver", "pending_external"), "completed"),
+    "notify_refund_sent": (_from("pending_receiver", "pending_stellar"), None),
+    "notify_transaction_error": (_from(*_SEP31_NOT_CLOSED), "error"),
+    "notify_transaction_expired": (tuple((s, NOT_RECEIVED) for s in _SEP31_NOT_CLOSED),
+                                   "expired"),
+    "notify_transaction_recovery": (_from(("error", RECEIVED), ("expired", RECEIVED)),
+                                    "pending_receiver"),
+}
+for _method, _rule in _RECEIVE.items():
+    STATE_MACHINE[_method]["receive"] = _rule
+
 # Request classes implementing SupportsUserActionRequiredBy (AP-4.3.0).
 SUPPORTS_USER_ACTION_REQUIRED_BY = {
     "notify_interactive_flow_completed", "request_offchain_funds", "request_onchain_funds",
@@ -238,7 +306,8 @@ def is_supported(method: str, txn: ApTransaction) -> bool:
 
 def not_supported_message(method: str, txn: ApTransaction) -> str:
     return (f"RPC method[{method}] is not supported. Status[{txn.status}], kind[{txn.kind}], "
-            f"protocol[24], funds received[{'true' if funds_received(txn) else 'false'}]")
+            f"protocol[{txn.sep}], "
+            f"funds received[{'true' if funds_received(txn) else 'false'}]")
 
 
 # --------------------------------------------------------------------------- params
@@ -483,9 +552,15 @@ def _id_memo_error(memo) -> str | None:
     return None
 
 
+def _generator_of(txn: ApTransaction) -> str:
+    """``sep24.deposit_info_generator_type`` or, for SEP-31,
+    ``sep31.deposit_info_generator_type`` (``none``, AP's default, SEP31-RECEIVE.md §2.1)."""
+    return "none" if txn.sep == "31" else _generator()
+
+
 def _deposit_info_validate(call: Call) -> None:
     memo, destination = call.params.get("memo"), call.params.get("destination_account")
-    if _generator() == "none":
+    if _generator_of(call.txn) == "none":
         if memo is None:
             raise InvalidParams("memo and memo_type are required")
         error = _id_memo_error(memo)
@@ -524,8 +599,10 @@ def _assign_deposit_info(call: Call) -> None:
     ``id``, memo = the wallet's id memo if it sent one, else a random positive long.
     ``none``: the ``destination_account`` and ``memo`` of the request."""
     txn = call.txn
-    if _generator() == "none":
-        txn.to_account = txn.withdraw_anchor_account = call.params["destination_account"]
+    if _generator_of(txn) == "none":
+        txn.to_account = _text(call.params["destination_account"])
+        if txn.sep != "31":
+            txn.withdraw_anchor_account = txn.to_account
         txn.memo, txn.memo_type = _text(call.params["memo"]), "id"
         return
     asset = assets.by_code(txn.request_asset_code, txn.request_asset_issuer)
@@ -650,6 +727,11 @@ def _onchain_received_apply(call: Call) -> None:
     """AP ``NotifyOnchainFundsReceivedHandler``: records the tx (funds received at its
     ledger time), then the optional amounts. No check of destination, asset or amount."""
     _record_stellar_transaction(call)
+    if call.txn.sep == "31":
+        # NotifyOnchainFundsReceivedHandler: the payer is operation 0's source.
+        payments = (call.txn.stellar_transactions or [{}])[-1].get("payments") or []
+        if payments:
+            call.txn.from_account = payments[0].get("source_account")
     _apply_received_amounts(call)
 
 
@@ -754,8 +836,37 @@ def _refund_pending_apply(call: Call) -> None:
         _store_refund(call.txn, _refund(call.params), replace=False)
 
 
+def _receive_refund_validate(call: Call) -> None:
+    """``NotifyRefundSentHandler.validate`` for protocol 31: one refund only."""
+    txn, refund = call.txn, _refund(call.params)
+    if refund is None:
+        raise InvalidParams("refund is required")
+    if txn.status == "pending_receiver" and txn.refunds and txn.refunds.get("payments"):
+        raise InvalidRequest("Multiple refunds aren't supported for kind[receive], "
+                             "protocol[31] and action[notify_refund_sent]")
+    _validate_refund(txn, refund)
+
+
+def _receive_refund_next(call: Call) -> str:
+    txn, refund = call.txn, _refund(call.params)
+    decimals = _asset_decimals(txn)
+    total = _sum([refund["amount"].amount, refund["fee"].amount], decimals)
+    amount_in = assets.scaled(Decimal(txn.amount_in), decimals)
+    if total > amount_in:
+        raise InvalidParams("Refund amount exceeds amount_in")
+    return "refunded" if total == amount_in else "pending_anchor"
+
+
+def _receive_refund_apply(call: Call) -> None:
+    """The refund replaces the stored list (``id_type: stellar``)."""
+    call.txn.refunds = None
+    _store_refund(call.txn, _refund(call.params), replace=True)
+
+
 def _refund_sent_validate(call: Call) -> None:
     """AP ``NotifyRefundSentHandler.validate``."""
+    if call.txn.kind == "receive":
+        return _receive_refund_validate(call)
     refund = _refund(call.params)
     if refund is None and call.txn.status == "pending_anchor":
         raise InvalidParams("refund is required")
@@ -766,6 +877,8 @@ def _refund_sent_validate(call: Call) -> None:
 def _refund_sent_next(call: Call) -> str:
     """AP ``NotifyRefundSentHandler.getNextStatus``: all refunded (fees included) =
     ``amount_in`` -> refunded; less -> pending_anchor; more -> -32602."""
+    if call.txn.kind == "receive":
+        return _receive_refund_next(call)
     txn, refund = call.txn, _refund(call.params)
     decimals = _asset_decimals(txn)
     payments = (txn.refunds or {}).get("payments") or []
@@ -797,9 +910,35 @@ def _refund_sent_next(call: Call) -> str:
 
 
 def _refund_sent_apply(call: Call) -> None:
+    if call.txn.kind == "receive":
+        return _receive_refund_apply(call)
     refund = _refund(call.params)
     if refund is not None:
         _store_refund(call.txn, refund, replace=True)
+
+
+CUSTOMER_STATUS_NEXT = {"ACCEPTED": "pending_receiver", "PROCESSING": "pending_receiver",
+                        "NEEDS_INFO": "pending_customer_info_update", "REJECTED": "error"}
+
+
+def _customer_info_next(call: Call) -> str:
+    """``NotifyCustomerInfoUpdatedHandler.getNextStatus`` (SEP-31): the status of
+    ``customer_id`` as the anchor's ``GET /customer`` reports it. Raises InternalError
+    (callback failed, or a status ``Sep12Status.valueOf`` does not know)."""
+    from sandbox.ap import sep12
+
+    customer_id = _text(call.params.get("customer_id"))
+    if not customer_id:
+        return "pending_receiver"
+    try:
+        status = sep12.callback_status({"id": customer_id, "transaction_id": call.txn.id,
+                                        "type": _text(call.params.get("customer_type"))})
+    except sep12.SepError as exc:
+        raise InternalError(exc.message) from None
+    if status not in CUSTOMER_STATUS_NEXT:
+        raise InternalError("No enum constant org.stellar.anchor.api.sep.sep12.Sep12Status."
+                            f"{status}")
+    return CUSTOMER_STATUS_NEXT[status]
 
 
 def _nothing(call: Call) -> None:
@@ -838,7 +977,7 @@ METHODS: dict[str, Method] = {
     "notify_transaction_recovery": Method(),
     "notify_refund_pending": Method(_refund_pending_validate, _refund_pending_apply),
     "notify_refund_sent": Method(_refund_sent_validate, _refund_sent_apply, _refund_sent_next),
-    "notify_customer_info_updated": Method(),
+    "notify_customer_info_updated": Method(next_status=_customer_info_next),
 }
 
 
@@ -915,7 +1054,11 @@ def status_rpc(method: str, params: dict) -> dict:
     slow = faults.take("ap.rpc_slow")
     if slow is not None:
         time.sleep(min(float(slow.get("seconds", 0.5)), 5.0))
-    return save_checked(txn, read_version, events.TRANSACTION_STATUS_CHANGED)
+    result = save_checked(txn, read_version, events.TRANSACTION_STATUS_CHANGED)
+    customer_id = _text(params.get("customer_id"))
+    if method == "notify_customer_info_updated" and customer_id:
+        events.publish(events.CUSTOMER_UPDATED, customer_object={"id": customer_id})
+    return result
 
 
 def get_transaction(params: dict) -> dict:

@@ -21,8 +21,16 @@ urlpatterns = [
     path("sep/sep38/price", views.sep38_price_view),
     path("sep/sep38/quote", views.sep38_quote_view),
     path("sep/sep38/quote/<str:quote_id>", views.sep38_quote_get_view),
+    path("sep/sep12/customer", views.sep12_customer_view),
+    path("sep/sep12/customer/<str:account>", views.sep12_customer_delete_view),
+    path("sep/sep31/info", views.sep31_info_view),
+    path("sep/sep31/transactions", views.sep31_transactions_view),
+    path("sep/sep31/transactions/<str:transaction_id>", views.sep31_transaction_view),
     # Sandbox-only inspection.
     path("sandbox/events", views.events_view),
     path("sandbox/observer", views.observer_view),
     path("sandbox/reset", views.sandbox_reset_view),
+    path("sandbox/transactions/<str:transaction_id>", views.sandbox_transaction_view),
+    path("sandbox/sender31/send", views.sender31_send_view),
+    path("sandbox/sender31/runs/<str:transaction_id>", views.sender31_run_view),
 ]
