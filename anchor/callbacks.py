@@ -156,6 +156,19 @@ def ap_event_receive(*, event: dict) -> str:
         _checked(inbound.field_text, DepositRelease, "transaction_id", tx["id"],
                  "payload.transaction.id")
 
+    # SEP-31 receive (payouts/receive.py, named: payouts sits above anchor): the task
+    # re-reads the transaction from AP; a customer's change re-decides those waiting.
+    if event_type in ("transaction_status_changed", "transaction_created") and \
+            tx.get("kind") == "receive" and isinstance(tx.get("id"), str) and tx["id"]:
+        _checked(inbound.field_text, DepositRelease, "transaction_id", tx["id"],
+                 "payload.transaction.id")
+        return inbox.record(source=InboundEvent.Source.AP, event_id=event_id,
+                            event_type=event_type, outcome="receive_scheduled",
+                            follow_ups=[("payouts.tasks.receive_process", tx["id"])])
+    if event_type == "customer_updated":
+        return inbox.record(source=InboundEvent.Source.AP, event_id=event_id,
+                            event_type=event_type, outcome="receive_recheck",
+                            follow_ups=[("payouts.tasks.receive_customer_updated",)])
     # The outcome follows from the payload alone: one INSERT records the event and,
     # on the same row, the release to start (the drain dispatches it, anchor/inbox.py).
     if not wants_release:

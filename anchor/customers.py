@@ -93,6 +93,7 @@ TEXT_FIELDS: dict[str, tuple[str, str]] = {
     "bank_branch_number": ("string", "Branch code"),
     "external_transfer_memo": ("string", "Not used for INR payouts"),
     "clabe_number": ("string", "Not used for INR payouts"),
+    "cbu_number": ("string", "Not used for INR payouts"),
     "cbu_alias": ("string", "Not used for INR payouts"),
     "mobile_money_number": ("string", "Not used for INR payouts"),
     "mobile_money_provider": ("string", "Not used for INR payouts"),

@@ -57,6 +57,8 @@ def _task_name(task) -> str:
     """``task.name``, looked up once per task object: a module's ``shared_task`` is a
     proxy that resolves the task through the app on every attribute read (a tenth of
     an AP callback's time). The entry keeps the object, so its id is never reused."""
+    if isinstance(task, str):  # a task of an app above anchor, named (DESIGN.md §2)
+        return task
     entry = _TASK_NAMES.get(id(task))
     if entry is None or entry[0] is not task:
         entry = _TASK_NAMES[id(task)] = (task, task.name)

@@ -114,10 +114,12 @@ def headroom(sub: str) -> tuple[Decimal, Decimal]:
             settings.LIMIT_MONTHLY_INR - used(customer, since=month))
 
 
-def reserve(*, sub: str, transaction_id: str, kind: str, amount_inr: Decimal) -> None:
-    """Count ``amount_inr`` against ``sub``'s limits for ``transaction_id`` (again: its
-    row is updated, not added). Raises LimitReached (nothing written)."""
-    customer = sep24_customer(sub)
+def reserve(*, transaction_id: str, kind: str, amount_inr: Decimal, sub: str = "",
+            customer: Customer | None = None) -> None:
+    """Count ``amount_inr`` against the limits of ``customer`` (or of ``sub``'s SEP-24
+    customer) for ``transaction_id`` (again: its row is updated, not added). Raises
+    LimitReached (nothing written)."""
+    customer = customer or sep24_customer(sub)
     with transaction.atomic():
         Customer.objects.select_for_update().filter(pk=customer.pk).first()
         day, month = _windows(timezone.now())

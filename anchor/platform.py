@@ -110,9 +110,9 @@ def get_transaction(transaction_id: str) -> dict[str, Any] | None:
     return response.json()
 
 
-def list_transactions(*, statuses: list[str], kind: str | None = None,
+def list_transactions(*, statuses: list[str], kind: str | None = None, sep: str = "24",
                       page_size: int = 50, max_pages: int = 100) -> list[dict[str, Any]]:
-    """All SEP-24 transactions in ``statuses`` (``GET /transactions?sep=24``), oldest
+    """All transactions of ``sep`` (24 or 31) in ``statuses`` (``GET /transactions?sep=``), oldest
     first, paged by ``page_number``; the last page is the first shorter than
     ``page_size`` (AP-4.3.0 AllTransactionsRepositoryImpl). Offset paging can repeat or
     skip rows that change between pages: callers are idempotent and run again."""
@@ -121,7 +121,7 @@ def list_transactions(*, statuses: list[str], kind: str | None = None,
         for page in range(max_pages):
             try:
                 response = client.get("/transactions", params={
-                    "sep": "24", "statuses": ",".join(statuses), "order_by": "created_at",
+                    "sep": sep, "statuses": ",".join(statuses), "order_by": "created_at",
                     "order": "asc", "page_number": page, "page_size": page_size,
                 })
             except httpx.HTTPError as exc:

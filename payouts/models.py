@@ -18,16 +18,27 @@ PAYOUT_POLL_OPEN = Q(status="processing") | Q(status="completed", ap_completed_a
 
 
 class WithdrawalRequest(models.Model):
-    """The interactive withdrawal as the customer submitted it: the USDC we expect on
-    Stellar (memo, destination), the INR to pay, and where (the provider's fund
-    account). Bank details are never stored in full: only a masked form for people."""
+    """One INR payout owed for USDC we expect on Stellar (memo, destination), the INR to
+    pay, and where (the provider's fund account): a SEP-24 withdrawal as the customer
+    submitted it (``kind`` ``withdrawal``), or a SEP-31 transaction a sending anchor
+    created and Corridor accepted (``receive``: payouts/receive.py; ``quote_id`` the
+    firm quote it used, ``customer_id`` the receiver). Both follow the same receipt
+    checks, payout guard and refunds. Bank details are never stored in full: only a
+    masked form for people and the holder's name sealed."""
 
     class Status(models.TextChoices):
         AWAITING_FUNDS = "awaiting_funds"
         FUNDS_VERIFIED = "funds_verified"
         MANUAL_REVIEW = "manual_review"
 
+    class Kind(models.TextChoices):
+        WITHDRAWAL = "withdrawal"
+        RECEIVE = "receive"
+
     transaction_id = models.CharField(max_length=64, unique=True)
+    kind = models.CharField(max_length=12, choices=Kind.choices, default=Kind.WITHDRAWAL)
+    quote_id = models.CharField(max_length=64, blank=True, default="")
+    customer_id = models.CharField(max_length=40, blank=True, default="")
     status = models.CharField(max_length=20, choices=Status.choices,
                               default=Status.AWAITING_FUNDS)
     amount_in = models.DecimalField(max_digits=20, decimal_places=7)  # USDC expected

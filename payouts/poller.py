@@ -20,7 +20,8 @@ from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
 from anchor import platform, stellar
-from payouts import guard, receipts
+from anchor import razorpay as rzp
+from payouts import guard, receipts, receive
 from payouts.models import PAYOUT_POLL_OPEN, WithdrawalPayout, WithdrawalRequest
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,15 @@ def poll_withdrawals() -> dict[str, int]:
                 count(withdrawal_process(ap_tx=ap_tx))
             except (platform.PlatformError, platform.RpcError, stellar.HorizonUnavailable) as exc:
                 log.warning("withdrawal %s: %s", ap_tx["id"], exc)
+                count("error")
+    for ap_tx in receive.transactions():  # SEP-31: decided here, then paid as above
+        seen.add(ap_tx["id"])
+        with bound_contextvars(transaction_id=ap_tx["id"]):
+            try:
+                count(receive_process(ap_tx=ap_tx))
+            except (platform.PlatformError, platform.RpcError, stellar.HorizonUnavailable,
+                    rzp.RazorpayError) as exc:
+                log.warning("SEP-31 %s: %s", ap_tx["id"], exc)
                 count("error")
     for payout in open_payouts(seen=seen):
         guard.payout_resume(payout=payout)
@@ -70,6 +80,15 @@ def request_of(transaction_id: str):
 def payout_of(transaction_id: str):
     """The payout of one AP withdrawal (a unique-key lookup)."""
     return WithdrawalPayout.objects.filter(transaction_id=transaction_id)
+
+
+def receive_process(*, ap_tx: dict) -> str:
+    """One SEP-31 transaction: decided (payouts/receive.py) until its funds were
+    requested, then verified and paid like a withdrawal."""
+    request = request_of(ap_tx["id"]).first()
+    if request is None or request.funds_requested_at is None:
+        return receive.decide(ap_tx=ap_tx)
+    return withdrawal_process(ap_tx=ap_tx)
 
 
 def withdrawal_process(*, ap_tx: dict) -> str:
@@ -110,14 +129,15 @@ def withdrawal_process(*, ap_tx: dict) -> str:
                 return "manual_review"
             return "short_waiting"
 
-        if ap_tx["status"] == "pending_user_transfer_start":
+        if ap_tx["status"] == receive.ap_status_for(request, "pending_user_transfer_start"):
             # AP's observer missed it (or is down): tell AP ourselves.
             platform.rpc_once("notify_onchain_funds_received",
                               {"transaction_id": transaction_id,
                                "stellar_transaction_id": verdict.first_hash,
                                "amount_in": {"amount": format(verdict.received, "f")}},
-                              reached=lambda tx: tx["status"] != "pending_user_transfer_start")
-        elif ap_tx["status"] == "pending_anchor" and _ap_amount(ap_tx) != verdict.received:
+                              reached=lambda tx: tx["status"] != ap_tx["status"])
+        elif ap_tx["status"] == receive.ap_status_for(request, "pending_anchor") and \
+                _ap_amount(ap_tx) != verdict.received:
             # AP's observer overwrote amount_in with one payment of several (NOTES §4.4).
             log.info("withdrawal %s: AP amount_in %s, chain %s", transaction_id,
                      _ap_amount(ap_tx), verdict.received)

@@ -21,3 +21,31 @@ def payout_complete_ap(payout_id: int) -> None:
 @shared_task
 def sweep_refunds() -> dict:
     return refunds.refund_sweep()
+
+
+@shared_task
+def receive_process(transaction_id: str) -> str:
+    """A SEP-31 transaction AP told us about: re-read it and decide or pay
+    (payouts/poller.py ``receive_process``; the poller does the same every pass)."""
+    from anchor import platform
+    from payouts import poller
+
+    ap_tx = platform.get_transaction(transaction_id)
+    if ap_tx is None or ap_tx.get("kind") != "receive":
+        return "not_ours"
+    return poller.receive_process(ap_tx=ap_tx)
+
+
+@shared_task
+def receive_customer_updated() -> dict:
+    """A customer changed (AP's ``customer_updated``): decide again the SEP-31
+    transactions waiting for customer information."""
+    from anchor import platform
+    from payouts import poller
+
+    counts: dict[str, int] = {}
+    for ap_tx in platform.list_transactions(statuses=["pending_customer_info_update"],
+                                            kind="receive", sep="31"):
+        outcome = poller.receive_process(ap_tx=ap_tx)
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts

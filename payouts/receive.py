@@ -1,0 +1,219 @@
+"""SEP-31 receiving behind AP 4.x (anchor-platform SEP31-RECEIVE.md §1, §3, §4): a
+foreign sending anchor (SA) registers sender and receiver through SEP-12, takes a firm
+SEP-38 quote and creates a SEP-31 transaction; AP creates it in ``pending_receiver``
+and checks no KYC (§1 rule 1). Corridor decides here, once per transaction:
+
+1. the sender and receiver named in ``customers`` exist, were registered by the
+   account that created the transaction (``creator.account``: one SA cannot name
+   another's customer, §10 item 2), and are ``ACCEPTED``. ``NEEDS_INFO`` ->
+   ``notify_customer_info_updated`` (AP: ``pending_customer_info_update``; the SA
+   updates the customer and the next pass goes on); ``PROCESSING`` -> wait; unknown,
+   foreign or ``REJECTED`` -> ``notify_transaction_error`` with a message for the SA;
+2. the firm quote is Corridor's, unexpired, unused, for exactly this ``amount_in`` of
+   USDC into INR (``anchor.quotes.use_firm_quote``: single use and owner even on AP
+   4.3.0, §10 item 3), and its ``buy_amount`` is what the receiver gets;
+3. the receiver's daily and monthly limits (anchor/limits.py) hold;
+4. the receiver's bank account (or UPI ID) from the KYC fields is registered with
+   RazorpayX, and a ``withdrawal_requests`` row of kind ``receive`` is committed with a
+   memo of ours (19 random digits: unique among open transactions, §3.3) before
+   ``request_onchain_funds`` (``destination_account`` = the account whose USDC receipts
+   Corridor reads, payouts/receipts.py) moves AP to ``pending_sender``.
+
+From there the row is a payout request like a withdrawal's (payouts/poller.py): the USDC
+is verified on Horizon by the same receipt checks (AP's observer would take any asset
+or amount, and AP accepts ``notify_offchain_funds_sent`` before any USDC arrived, §1
+rule 3), the beneficiary is validated (payouts/beneficiaries.py), and the INR is paid
+once by the payout guard, which moves AP to ``pending_external`` and ``completed``.
+
+Every step is idempotent: a repeated call re-reads AP and the row and does only what is
+missing. Left for later (issue 12 §3): the on-chain refund to the SA of a payout that
+failed for good (AP's error -> recovery -> ``notify_refund_sent`` path) and the expiry
+of ``pending_sender`` transactions whose quote expired.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from decimal import Decimal
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from anchor import customers, limits, pii, platform, quotes
+from anchor import razorpay as rzp
+from anchor.models import Customer, FirmQuote
+from payouts import receipts
+from payouts.guard import provider
+from payouts.models import WithdrawalRequest
+from payouts.providers.base import Beneficiary, ProviderError
+
+log = logging.getLogger(__name__)
+INR = "iso4217:INR"
+AP_STATUSES = ["pending_receiver", "pending_sender", "pending_customer_info_update",
+               "pending_external"]
+
+
+class Refused(Exception):
+    """The transaction cannot be served: the message goes to the SA through AP."""
+
+
+def _ids(ap_tx: dict) -> tuple[str, str]:
+    people = ap_tx.get("customers") or {}
+    return ((people.get("sender") or {}).get("id") or "",
+            (people.get("receiver") or {}).get("id") or "")
+
+
+def _customer(customer_id: str, creator: str, kind: str) -> Customer:
+    who = "sender" if kind == customers.SENDER else "receiver"
+    customer = Customer.objects.filter(pk=customer_id, deleted_at__isnull=True).first() \
+        if customer_id else None
+    if customer is None or customer.account != creator:
+        raise Refused(f"the {who} {customer_id or '(none)'} is not a customer you "
+                      f"registered")
+    if customer.type != kind:
+        raise Refused(f"customer {customer_id} is registered as {customer.type}, not {kind}")
+    return customer
+
+
+def _usdc(ap_tx: dict) -> Decimal:
+    return Decimal(str((ap_tx.get("amount_in") or {}).get("amount") or "0"))
+
+
+def _beneficiary(receiver: Customer) -> Beneficiary:
+    data = customers.personal_data(receiver)
+    name = " ".join(p for p in (data.get("first_name"), data.get("last_name")) if p)
+    account = data.get("bank_account_number", "")
+    if "@" in account:
+        return Beneficiary(name=name, kind="vpa", vpa=account)
+    return Beneficiary(name=name, kind="bank_account", account_number=account,
+                       ifsc=data.get("bank_number", ""))
+
+
+def decide(*, ap_tx: dict) -> str:
+    """Decide one SEP-31 transaction AP holds in ``pending_receiver`` or
+    ``pending_customer_info_update`` with no funds received (module docstring). Returns
+    the outcome: ``funds_requested``, ``needs_info``, ``kyc_processing``, ``rejected``,
+    ``not_due``. Raises platform.PlatformError / RpcError, rzp.RazorpayError (try
+    again)."""
+    transaction_id = ap_tx["id"]
+    request = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
+    if request is not None:
+        return _request_funds(request) if request.funds_requested_at is None else "not_due"
+    if ap_tx.get("transfer_received_at") or ap_tx.get("status") not in (
+            "pending_receiver", "pending_customer_info_update"):
+        return "not_due"
+    creator = (ap_tx.get("creator") or {}).get("account") or ""
+    sender_id, receiver_id = _ids(ap_tx)
+    try:
+        sender = _customer(sender_id, creator, customers.SENDER)
+        receiver = _customer(receiver_id, creator, customers.RECEIVER)
+        waiting = _kyc(ap_tx, [sender, receiver])
+        if waiting:
+            return waiting
+        amount_in = _usdc(ap_tx)
+        quote_id = ap_tx.get("quote_id") or ""
+        if not quote_id:
+            raise Refused("a firm quote is required (quotes_required)")
+        # A pass that died after taking the quote finds it taken by this transaction.
+        quote = FirmQuote.objects.filter(quote_id=quote_id, transaction_id=transaction_id,
+                                         used_at__isnull=False).first() or \
+            quotes.use_firm_quote(quote_id, transaction_id=transaction_id,
+                                  sell_asset=quotes.usdc_asset(), sell_amount=amount_in,
+                                  buy_asset=INR)
+        amount_out = quote.buy_amount.quantize(Decimal("0.01"))
+        limits.reserve(customer=receiver, transaction_id=transaction_id, kind="receive",
+                       amount_inr=amount_out)
+    except (Refused, quotes.QuoteRefused, limits.LimitReached) as exc:
+        return _reject(transaction_id, str(exc))
+    beneficiary = _beneficiary(receiver)
+    try:
+        contact_id, fund_account_id = provider().register_beneficiary(
+            beneficiary=beneficiary, reference=transaction_id)
+    except ProviderError as exc:
+        return _reject(transaction_id, f"the receiver's bank details were refused: {exc}")
+    try:
+        with transaction.atomic():
+            request = WithdrawalRequest.objects.create(
+                transaction_id=transaction_id, kind=WithdrawalRequest.Kind.RECEIVE,
+                quote_id=quote.quote_id, customer_id=receiver.id, amount_in=amount_in,
+                fee=quote.fee_total if quote.fee_asset == quotes.usdc_asset() else Decimal(0),
+                amount_out=amount_out, amount_out_paise=rzp.rupees_to_paise(amount_out),
+                rate=(amount_out / amount_in).quantize(Decimal("0.0001")),
+                beneficiary_type=beneficiary.kind, beneficiary_display=beneficiary.masked(),
+                beneficiary_name=pii.seal(beneficiary.name.encode()),
+                contact_id=contact_id, fund_account_id=fund_account_id,
+                destination=receipts.withdraw_account(),
+                memo=str(10**18 + secrets.randbelow(9 * 10**18)), memo_type="id",
+                source_account="")
+    except IntegrityError:  # another worker decided it meanwhile
+        request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
+    customers.mark_used(sender.id)
+    customers.mark_used(receiver.id)
+    return _request_funds(request)
+
+
+def _kyc(ap_tx: dict, people: list[Customer]) -> str:
+    """"" when every customer is ACCEPTED (and AP was told if it was waiting for
+    them); else what to wait for. Raises Refused."""
+    info = None
+    for person in people:
+        view = customers.answer(person)
+        if view.status == customers.REJECTED:
+            raise Refused(f"the {person.type} was rejected: {view.message}")
+        if view.status == customers.NEEDS_INFO and info is None:
+            info = (person, view)
+        elif view.status == customers.PROCESSING:
+            return "kyc_processing"
+    status = ap_tx.get("status")
+    if info is not None:
+        person, view = info
+        if status == "pending_receiver":
+            platform.rpc_once("notify_customer_info_updated", {
+                "transaction_id": ap_tx["id"], "customer_id": person.id,
+                "customer_type": person.type,
+                "message": f"{person.type} needs: {', '.join(view.fields)}"},
+                reached=lambda tx: tx.get("status") == "pending_customer_info_update")
+        return "needs_info"
+    if status == "pending_customer_info_update":  # the SA gave what was missing
+        platform.rpc_once("notify_customer_info_updated", {
+            "transaction_id": ap_tx["id"], "message": "customer information accepted"},
+            reached=lambda tx: tx.get("status") == "pending_receiver")
+    return ""
+
+
+def _reject(transaction_id: str, message: str) -> str:
+    log.info("SEP-31 %s refused: %s", transaction_id, message)
+    platform.rpc_once("notify_transaction_error",
+                      {"transaction_id": transaction_id, "message": message[:250]},
+                      reached=lambda tx: tx.get("status") == "error")
+    return "rejected"
+
+
+def _request_funds(request: WithdrawalRequest) -> str:
+    """``request_onchain_funds`` with our account and memo (repeat-safe), then the row
+    says funds were requested."""
+    platform.rpc_once("request_onchain_funds", {
+        "transaction_id": request.transaction_id, "destination_account": request.destination,
+        "memo": request.memo, "memo_type": "id"},
+        reached=lambda tx: tx.get("status") != "pending_receiver" or
+        bool(tx.get("transfer_received_at")))
+    WithdrawalRequest.objects.filter(pk=request.pk, funds_requested_at__isnull=True).update(
+        funds_requested_at=timezone.now(), updated_at=timezone.now())
+    return "funds_requested"
+
+
+def ap_status_for(request: WithdrawalRequest, sep24_status: str) -> str:
+    """The AP status of ``request``'s kind that plays ``sep24_status``'s part
+    (``pending_user_transfer_start`` -> ``pending_sender``, ``pending_anchor`` ->
+    ``pending_receiver`` for a SEP-31 receive)."""
+    if request.kind != WithdrawalRequest.Kind.RECEIVE:
+        return sep24_status
+    return {"pending_user_transfer_start": "pending_sender",
+            "pending_anchor": "pending_receiver"}.get(sep24_status, sep24_status)
+
+
+def transactions() -> list[dict[str, Any]]:
+    """AP's SEP-31 transactions the poller looks at (kind ``receive``)."""
+    return platform.list_transactions(statuses=AP_STATUSES, kind="receive", sep="31")

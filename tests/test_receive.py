@@ -1,0 +1,130 @@
+"""SEP-31 receiving end to end (payouts/receive.py): the sandbox's foreign sending anchor
+(sandbox/sender31.py) registers its sender and receiver through the sandbox AP's SEP-12
+(forwarded to Corridor's callbacks), takes a firm quote (Corridor's GET /rate), creates
+the transaction and pays USDC on the sandbox Horizon; Corridor's poller (as beat runs
+it) decides, asks for the funds, verifies them and pays the INR once through RazorpayX.
+All over real HTTP against real PostgreSQL."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from anchor.models import Customer, FirmQuote
+from payouts import poller
+from payouts.models import WithdrawalPayout, WithdrawalRequest
+from sandbox.sender31 import RECEIVER_FIELDS, Payment, SendingAnchor, new_memo
+from tests.flows import ap, sandbox_payouts, settle, unique_account_number, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def sa(clean_sandbox):
+    return SendingAnchor(clean_sandbox.url)
+
+
+def receiver(**changes) -> dict:
+    return {**RECEIVER_FIELDS, "bank_account_number": unique_account_number(), **changes}
+
+
+def until_status(transaction_id: str, *statuses: str) -> dict:
+    def reached():
+        poller.poll_withdrawals()
+        tx = ap(transaction_id)
+        return tx if tx["status"] in statuses else None
+
+    return wait_for(reached, timeout=40, interval=0.3,
+                    what=f"{transaction_id} in {'/'.join(statuses)}")
+
+
+def test_a_remittance_is_decided_funded_verified_and_paid_once(sa, clean_sandbox):
+    remittance = sa.start(amount="100", receiver_fields=receiver())
+
+    until_status(remittance.transaction_id, "pending_sender")
+    request = WithdrawalRequest.objects.get(transaction_id=remittance.transaction_id)
+    assert (request.kind, request.memo_type, request.funds_requested_at is not None) == (
+        "receive", "id", True)
+    assert not WithdrawalPayout.objects.exists()  # nothing paid before the USDC
+    sa.finish(remittance)
+    tx = until_status(remittance.transaction_id, "completed")
+    settle(remittance.transaction_id)
+
+    quote = FirmQuote.objects.get(quote_id=remittance.quote["id"])
+    payouts = sandbox_payouts(clean_sandbox, remittance.transaction_id)
+    assert [p["amount"] for p in payouts] == [int(quote.buy_amount * 100)]
+    assert quote.transaction_id == remittance.transaction_id
+    payout = WithdrawalPayout.objects.get(transaction_id=remittance.transaction_id)
+    assert payout.status == "completed" and tx["external_transaction_id"] == payout.reference
+    assert Customer.objects.get(pk=remittance.receiver_id).used_at is not None
+
+
+def test_a_receiver_registered_by_another_anchor_is_refused(sa, clean_sandbox):
+    stranger = Customer.objects.create(account="GOTHERANCHOR", memo="1", memo_type="id",
+                                       type="sep31-receiver")
+    remittance = sa.start(amount="20", receiver_fields=receiver())
+    sa.authenticate()
+    sender_id = remittance.sender_id
+    quote = sa.firm_quote("20")
+    transaction_id = sa.create_transaction(amount=quote["sell_amount"], sender_id=sender_id,
+                                           receiver_id=stranger.id, quote_id=quote["id"])
+
+    tx = until_status(transaction_id, "error")
+
+    assert "not a customer you registered" in tx.get("message", "")
+    assert not WithdrawalRequest.objects.filter(transaction_id=transaction_id).exists()
+
+
+def test_a_receiver_missing_fields_waits_for_the_sending_anchor(sa, clean_sandbox):
+    fields = receiver()
+    del fields["bank_number"]
+    remittance = sa.start(amount="20", receiver_fields=fields)
+
+    waiting = until_status(remittance.transaction_id, "pending_customer_info_update")
+    assert "bank_number" in waiting.get("message", "")
+    assert not WithdrawalRequest.objects.exists()
+    sa.put_customer(type="sep31-receiver", memo=None, customer_id=remittance.receiver_id,
+                    fields={"bank_number": "HDFC0001234"})
+
+    until_status(remittance.transaction_id, "pending_sender")
+
+
+def test_one_quote_backs_one_transaction_only(sa, clean_sandbox):
+    first = sa.start(amount="30", receiver_fields=receiver())
+    until_status(first.transaction_id, "pending_sender")
+    # AP 4.3.0 lets a quote back any number of transactions (#1935): Corridor refuses.
+    again = sa.create_transaction(amount=first.quote["sell_amount"],
+                                  sender_id=first.sender_id, receiver_id=first.receiver_id,
+                                  quote_id=first.quote["id"])
+
+    tx = until_status(again, "error")
+
+    assert "was used by" in tx.get("message", "")
+    assert WithdrawalRequest.objects.filter(quote_id=first.quote["id"]).count() == 1
+
+
+def test_a_short_payment_is_held_for_review_and_never_paid(sa, clean_sandbox, settings):
+    settings.WITHDRAW_SHORT_GRACE_S = 0.5
+    remittance = sa.start(amount="40", receiver_fields=receiver())
+    until_status(remittance.transaction_id, "pending_sender")
+
+    sa.finish(remittance, Payment(amount="39.5"))
+
+    request = wait_for(lambda: poller.poll_withdrawals() and WithdrawalRequest.objects.filter(
+        transaction_id=remittance.transaction_id, status="manual_review").first(),
+        timeout=40, interval=0.3, what="short receive in review")
+    assert "short" in request.review_reason
+    assert sandbox_payouts(clean_sandbox, remittance.transaction_id) == []
+    assert request.received_amount == Decimal("39.5")
+
+
+def test_the_sending_anchor_memo_is_ours_and_unique(sa, clean_sandbox):
+    a = sa.start(amount="10", receiver_fields=receiver())
+    b = sa.start(amount="10", receiver_fields=receiver())
+    for r in (a, b):
+        until_status(r.transaction_id, "pending_sender")
+
+    memos = {sa.transaction(r.transaction_id)["stellar_memo"] for r in (a, b)}
+    assert len(memos) == 2 and all(m.isdigit() and int(m) < 2**64 for m in memos)
+    assert new_memo() not in memos
