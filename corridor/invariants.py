@@ -129,6 +129,46 @@ def withdrawal_figures(sandbox, ids: list[str]) -> Figures:
     return out
 
 
+def inbound_figures(sandbox, ids: list[str]) -> Figures:
+    """SEP-31 remittances sent in (payouts/receive.py): each in exactly one final group
+    -- ``completed`` (INR paid, AP completed), ``refunded`` (AP refunded), ``review``
+    (a person decides: request or payout in review, failed or reversed), ``rejected``
+    (refused before any USDC: AP error, no payout) -- and at most one RazorpayX payout
+    per transaction."""
+    from anchor import platform
+    from payouts.models import WithdrawalPayout, WithdrawalRequest
+
+    out = Figures(counts={"inbound": len(ids), "inbound_completed": 0, "inbound_refunded": 0,
+                          "inbound_review": 0, "inbound_rejected": 0,
+                          "double_payouts_inbound": 0})
+    per_reference: dict[str, int] = {}
+    for payout in sandbox.http.get("/razorpay/sandbox/payouts").json()["payouts"]:
+        per_reference[payout["reference_id"]] = per_reference.get(payout["reference_id"], 0) + 1
+    for transaction_id in ids:
+        made = per_reference.get(transaction_id, 0)
+        if made > 1:
+            out.add("double_payouts_inbound", made - 1)
+            out.violations.append(f"double_payout inbound {transaction_id}: {made} payouts")
+        payout = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
+        request = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
+        ap = (platform.get_transaction(transaction_id) or {}).get("status")
+        if payout is not None and payout.status == "completed" and ap == "completed":
+            out.add("inbound_completed")
+        elif ap == "refunded":
+            out.add("inbound_refunded")
+        elif (request is not None and request.status == "manual_review") or (
+                payout is not None and payout.status in ("manual_review", "failed",
+                                                         "reversed")):
+            out.add("inbound_review")
+        elif ap == "error" and payout is None and made == 0:
+            out.add("inbound_rejected")
+        else:
+            out.violations.append(f"inbound {transaction_id} not final: AP {ap}, payout "
+                                  f"{payout and payout.status}, request "
+                                  f"{request and request.status}")
+    return out
+
+
 def saga_figures(ids: list[int]) -> Figures:
     from sagas.models import Saga, SagaEvent
 

@@ -526,3 +526,29 @@ def validation_account(sandbox, **body) -> httpx.Response:
     (``POST /razorpay/sandbox/fund_accounts/validations/accounts``; body there)."""
     return httpx.post(f"{sandbox.url}/razorpay/sandbox/fund_accounts/validations/accounts",
                       json=body, timeout=10)
+
+
+def platform_rpc(sandbox, *requests: dict) -> list[dict]:
+    """A JSON-RPC batch to the sandbox AP's platform API (``/ap/platform/``) with a
+    fresh platform token; the list of reply objects."""
+    import jwt
+
+    issued = int(time.time())
+    token = jwt.encode({"iat": issued, "exp": issued + 30, "aud": "platform_api"},
+                       settings.AP_PLATFORM_AUTH_SECRET, algorithm="HS256")
+    response = httpx.post(f"{sandbox.url}/ap/platform/", json=list(requests), timeout=30,
+                          headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def platform_call(sandbox, method: str, **params) -> dict:
+    """One RPC; the reply object (``result`` or ``error``)."""
+    return platform_rpc(sandbox, {"jsonrpc": "2.0", "id": "1", "method": method,
+                                  "params": params})[0]
+
+
+def platform_result(sandbox, method: str, **params) -> dict:
+    reply = platform_call(sandbox, method, **params)
+    assert "result" in reply, reply
+    return reply["result"]

@@ -33,6 +33,9 @@ from stellar_sdk import Asset, Keypair, Network, Server, TransactionBuilder
 
 from sandbox import keys
 from tests.conftest import reference_path
+from tests.flows import platform_call as call
+from tests.flows import platform_result as result
+from tests.flows import platform_rpc as rpc
 from tests.flows import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -135,23 +138,6 @@ def bearer(token: str) -> dict:
 def rpc_raw(sandbox, batch, *, token: str | None = None) -> httpx.Response:
     return httpx.post(f"{sandbox.url}/ap/platform/", json=batch,
                       headers=bearer(token or platform_token()), timeout=30)
-
-
-def rpc(sandbox, *requests: dict) -> list[dict]:
-    response = rpc_raw(sandbox, list(requests))
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def call(sandbox, method: str, **params) -> dict:
-    """One RPC; the reply object (``result`` or ``error``)."""
-    return rpc(sandbox, {"jsonrpc": "2.0", "id": "1", "method": method, "params": params})[0]
-
-
-def result(sandbox, method: str, **params) -> dict:
-    reply = call(sandbox, method, **params)
-    assert "result" in reply, reply
-    return reply["result"]
 
 
 def get_tx(sandbox, transaction_id: str) -> httpx.Response:

@@ -12,9 +12,7 @@ import time
 from decimal import Decimal
 
 import httpx
-import jwt
 import pytest
-from django.conf import settings
 from django.http import JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
@@ -22,6 +20,9 @@ from django.views.decorators.csrf import csrf_exempt
 from sandbox import keys
 from sandbox.sender31 import Payment, SendingAnchor, new_memo
 from tests.conftest import reference_path
+from tests.flows import platform_call as call
+from tests.flows import platform_result as result
+from tests.flows import platform_rpc as rpc
 from tests.flows import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,26 +34,6 @@ EXAMPLE_CIRCLE_USDC_ISSUER = "GBBD47IF6LWK7P7MDEVSCWR7DPUWV3NY3DTQEVFL4NAT4AQH3Z
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-def rpc(sandbox, *requests: dict) -> list[dict]:
-    issued = int(time.time())
-    token = jwt.encode({"iat": issued, "exp": issued + 30, "aud": "platform_api"},
-                       settings.AP_PLATFORM_AUTH_SECRET, algorithm="HS256")
-    response = httpx.post(f"{sandbox.url}/ap/platform/", json=list(requests), timeout=30,
-                          headers={"Authorization": f"Bearer {token}"})
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def call(sandbox, method: str, **params) -> dict:
-    return rpc(sandbox, {"jsonrpc": "2.0", "id": "1", "method": method, "params": params})[0]
-
-
-def result(sandbox, method: str, **params) -> dict:
-    reply = call(sandbox, method, **params)
-    assert "result" in reply, reply
-    return reply["result"]
 
 
 def refused(sandbox, method: str, **params) -> dict:

@@ -130,6 +130,8 @@ class Command(BaseCommand):
         parser.add_argument("--deposits", type=int, default=3)
         parser.add_argument("--withdrawals", type=int, default=3)
         parser.add_argument("--remittances", type=int, default=3)
+        parser.add_argument("--inbound", type=int, default=2,
+                            help="SEP-31 remittances a foreign sending anchor sends in")
         parser.add_argument("--traffic", type=float, default=14.0, help="traffic window, s")
         parser.add_argument("--settle", type=float, default=25.0, help="settle time, s")
         parser.add_argument("--driver-patience", type=float, default=120.0,
@@ -181,14 +183,16 @@ class _SeedResult:
 
 
 def schedule(seed: int, catalogue: list[str], *, traffic_s: float, deposits: int,
-             withdrawals: int, remittances: int, faults: bool) -> list[_Event]:
+             withdrawals: int, remittances: int, faults: bool,
+             inbound: int = 0) -> list[_Event]:
     """The seed's schedule: money at random moments of the first 60% of the window;
     the catalogue shuffled and spread over the first 70% (round-robin: each type once,
     with times 1-2); each process fault once at a random moment of 10-80%."""
     rng = random.Random(seed)
     events = [_Event(round(rng.uniform(0, 0.6 * traffic_s), 1), kind, f"{kind}-{i}")
               for kind, n in (("deposit", deposits), ("withdrawal", withdrawals),
-                              ("remittance", remittances)) for i in range(n)]
+                              ("remittance", remittances), ("inbound", inbound))
+              for i in range(n)]
     if faults:
         names = list(catalogue)
         rng.shuffle(names)
@@ -315,10 +319,12 @@ class _Campaign:
         t0 = time.monotonic()
         plan = schedule(seed, self.catalogue, traffic_s=self.traffic_s,
                         deposits=self.o["deposits"], withdrawals=self.o["withdrawals"],
-                        remittances=self.o["remittances"], faults=not self.no_faults)
+                        remittances=self.o["remittances"], faults=not self.no_faults,
+                        inbound=self.o["inbound"])
         result = _SeedResult(seed, plan)
         self.deposits: dict[str, str] = {}
         self.withdrawals: list[str] = []
+        self.inbound: list[str] = []
         self.sagas: list[int] = []
         self.driver_errors: list[str] = []
         on: dict[str, float] = {}  # fault -> when it was switched on
@@ -483,7 +489,8 @@ class _Campaign:
         while True:
             try:
                 {"deposit": self._deposit, "withdrawal": self._withdrawal,
-                 "remittance": self._remittance}[event.kind](seed, event.name, attempt)
+                 "remittance": self._remittance,
+                 "inbound": self._inbound}[event.kind](seed, event.name, attempt)
                 return
             except Exception as exc:  # noqa: BLE001 - a fault hit the driver: try again
                 error = f"{event.name} (try {attempt + 1}): {type(exc).__name__}: " \
@@ -599,6 +606,36 @@ class _Campaign:
 
         self._step(pay)
 
+    def _inbound(self, seed: int, name: str, attempt: int) -> None:
+        """A foreign sending anchor's SEP-31 remittance (sandbox/sender31.py): customers,
+        a firm quote, the transaction; once Corridor asked for the funds, the USDC."""
+        from sandbox.sender31 import RECEIVER_FIELDS, SendingAnchor
+
+        i = int(name.rsplit("-", 1)[1])
+        anchor = SendingAnchor(self.sandbox.url)
+        started = anchor.start(amount=f"{20 + i}.5", receiver_fields={
+            **RECEIVER_FIELDS, "bank_account_number": f"7{seed:06d}{i:04d}{attempt:02d}"})
+        with self.lock:
+            self.inbound.append(started.transaction_id)
+
+        def landed() -> bool:
+            txn = anchor.transaction(started.transaction_id)
+            return txn["status"] not in ("pending_receiver", "pending_sender",
+                                         "pending_customer_info_update")
+
+        def pay() -> None:
+            txn = anchor.wait_for_status(started.transaction_id, timeout=60)
+            if landed():
+                return
+            try:
+                anchor.pay(txn)
+            except Exception:
+                time.sleep(2)  # a 504 after apply or a dropped submit: did it land?
+                if not landed():
+                    raise
+
+        self._step(pay, patience_s=90.0)
+
     # --- settle and check -----------------------------------------------------------
     def _settle(self) -> None:
         deadline = time.monotonic() + self.settle_s
@@ -642,6 +679,23 @@ class _Campaign:
             open_items.append(f"withdrawal {transaction_id}: payout "
                               f"{payout and payout.status}, request "
                               f"{request and request.status}")
+        for transaction_id in self.inbound:
+            payout = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
+            request = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
+            ap_status = (platform.get_transaction(transaction_id) or {}).get("status")
+            if ap_status in ("error", "refunded", "completed") and (
+                    payout is None or payout.ap_completed_at or payout.status != "completed"):
+                continue
+            if request is not None and request.status == "manual_review":
+                continue
+            if payout is not None and payout.status in ("reversed", "manual_review", "failed"):
+                continue
+            if payout is not None and payout.status == "processing" \
+                    and provider.get(transaction_id) == "processing":
+                continue
+            open_items.append(f"inbound {transaction_id}: AP {ap_status}, payout "
+                              f"{payout and payout.status}, request "
+                              f"{request and request.status}")
         for saga in Saga.objects.filter(pk__in=self.sagas, status__in=Saga.OPEN_STATUSES):
             open_items.append(f"saga {saga.pk}: {saga.status}")
         return open_items
@@ -653,6 +707,7 @@ class _Campaign:
                 close_old_connections()
                 figures.merge(invariants.deposit_figures(self.sandbox, self.deposits))
                 figures.merge(invariants.withdrawal_figures(self.sandbox, self.withdrawals))
+                figures.merge(invariants.inbound_figures(self.sandbox, self.inbound))
                 figures.merge(invariants.saga_figures(self.sagas))
                 figures.merge(invariants.books())
                 stranded = invariants.stranded(self.settle_s)
@@ -697,7 +752,8 @@ class _Campaign:
         c = r.figures.counts
         self.say(f"chaos: seed={r.seed} deposits={c.get('deposits', 0)}/"
                  f"{c.get('deposits_completed', 0)} withdrawals={c.get('withdrawals', 0)}/"
-                 f"{c.get('withdrawals_completed', 0)} sagas={c.get('sagas', 0)} "
+                 f"{c.get('withdrawals_completed', 0)} inbound={c.get('inbound', 0)}/"
+                 f"{c.get('inbound_completed', 0)} sagas={c.get('sagas', 0)} "
                  f"faults_fired={sum(r.fired.values())} fault_types="
                  f"{sum(1 for n in r.fired.values() if n)} process_kills="
                  f"{sum(r.process.values())} violations={len(r.figures.violations)} "
@@ -740,6 +796,9 @@ class _Campaign:
                  f"process_kills={sum(process.values())} violations={violations} "
                  f"double_payments={total('double_payments') + total('stray_payments')} "
                  f"double_payouts={total('double_payouts')} stranded={total('stranded')} "
+                 f"inbound={total('inbound')} inbound_completed={total('inbound_completed')} "
+                 f"inbound_review={total('inbound_review')} "
+                 f"double_payouts_inbound={total('double_payouts_inbound')} "
                  f"ap_mismatches={total('ap_mismatches')} "
                  f"manual_review={sum(reasons.values())} "
                  f"ledger_matches_chain={'yes' if ledger_ok else 'no'} "
