@@ -133,13 +133,14 @@ def inbound_figures(sandbox, ids: list[str]) -> Figures:
     """SEP-31 remittances sent in (payouts/receive.py): each in exactly one final group
     -- ``completed`` (INR paid, AP completed), ``refunded`` (AP refunded), ``review``
     (a person decides: request or payout in review, failed or reversed), ``rejected``
-    (refused before any USDC: AP error, no payout) -- and at most one RazorpayX payout
-    per transaction."""
+    (refused before any USDC: AP error, no payout), or ``processing`` (the provider has
+    not settled the payout yet; the stranded check owns it) -- and at most one RazorpayX
+    payout per transaction."""
     from anchor import platform
     from payouts.models import WithdrawalPayout, WithdrawalRequest
 
     out = Figures(counts={"inbound": len(ids), "inbound_completed": 0, "inbound_refunded": 0,
-                          "inbound_review": 0, "inbound_rejected": 0,
+                          "inbound_review": 0, "inbound_rejected": 0, "inbound_processing": 0,
                           "double_payouts_inbound": 0})
     per_reference: dict[str, int] = {}
     for payout in sandbox.http.get("/razorpay/sandbox/payouts").json()["payouts"]:
@@ -162,6 +163,9 @@ def inbound_figures(sandbox, ids: list[str]) -> Figures:
             out.add("inbound_review")
         elif ap == "error" and payout is None and made == 0:
             out.add("inbound_rejected")
+        elif payout is not None and payout.status == "processing":
+            out.add("inbound_processing")  # the provider's settlement window: stranded
+            # past its threshold (corridor/stranded.py payout_processing), not here
         else:
             out.violations.append(f"inbound {transaction_id} not final: AP {ap}, payout "
                                   f"{payout and payout.status}, request "

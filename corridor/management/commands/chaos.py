@@ -798,6 +798,8 @@ class _Campaign:
                  f"double_payouts={total('double_payouts')} stranded={total('stranded')} "
                  f"inbound={total('inbound')} inbound_completed={total('inbound_completed')} "
                  f"inbound_review={total('inbound_review')} "
+                 f"inbound_rejected={total('inbound_rejected')} "
+                 f"inbound_processing={total('inbound_processing')} "
                  f"double_payouts_inbound={total('double_payouts_inbound')} "
                  f"ap_mismatches={total('ap_mismatches')} "
                  f"manual_review={sum(reasons.values())} "
