@@ -41,6 +41,7 @@ docstring lists what survives and why).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import re
 from dataclasses import dataclass, field
@@ -54,7 +55,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from anchor import pii
-from anchor.models import Customer, CustomerEvent, CustomerFile
+from anchor.models import Customer, CustomerDenial, CustomerEvent, CustomerFile
 from common.console import OperationRefused, Preview, clean_note, operator_name, require_permission
 from corridor import inbound
 
@@ -218,8 +219,10 @@ def _memo(params: dict) -> tuple[str, str]:
         raise CustomerInputError(f"memo_type must be one of {', '.join(MEMO_TYPES)}")
     if memo and not memo_type:
         memo_type = "id"  # AP's default (Sep12Service#updateRequestMemoAndMemoType)
-    if memo and memo_type == "id" and not (memo.isdigit() and int(memo) < 2**64):
-        raise CustomerInputError("an id memo is a decimal unsigned 64-bit integer")
+    if memo and memo_type == "id":
+        if not (memo.isascii() and memo.isdigit() and int(memo) < 2**64):
+            raise CustomerInputError("an id memo is a decimal unsigned 64-bit integer")
+        memo = str(int(memo))  # "012" and "12" are one memo (Horizon shows the number)
     if memo_type and not memo:
         memo_type = ""
     return memo, memo_type
@@ -324,6 +327,58 @@ def personal_data(customer: Customer) -> dict[str, Any]:
     """The customer's SEP-9 text fields in the clear ({} once erased). Raises
     pii.PiiKeyError."""
     return pii.unseal_json(customer.data)
+
+
+# --- identity ------------------------------------------------------------------------
+
+def _hash(text: str) -> str:
+    return hmac.new(settings.SECRET_KEY.encode(), text.encode(), hashlib.sha256).hexdigest()
+
+
+def wallet_identity(account: str, memo: str) -> str:
+    """The identity of a SEP-10 subject (a wallet user): account and memo."""
+    return _hash(f"sep10:{account}:{memo}")
+
+
+def payout_identity(data: dict[str, str]) -> str:
+    """The identity of a payout destination: the UPI ID, or account number + IFSC;
+    "" when the fields are not there."""
+    account = (data.get("bank_account_number") or "").strip()
+    if "@" in account:
+        return _hash(f"upi:{account.lower()}")
+    if account and data.get("bank_number"):
+        return _hash(f"bank:{account}:{data['bank_number'].upper()}")
+    return ""
+
+
+def identities(customer: Customer, data: dict[str, str] | None = None) -> list[str]:
+    """Keyed hashes naming the person behind ``customer`` whatever row or memo it is
+    under: the PAN, the payout destination, and for a SEP-24 user the wallet account."""
+    data = personal_data(customer) if data is None else data
+    found = []
+    if data.get("tax_id") and (data.get("tax_id_name") or "").upper() == "PAN":
+        found.append(_hash(f"pan:{data['tax_id'].upper()}"))
+    if payout_identity(data):
+        found.append(payout_identity(data))
+    if customer.type == SEP24:
+        found.append(wallet_identity(customer.account, customer.memo))
+    return found
+
+
+def apply_denials(customer: Customer) -> bool:
+    """Start ``customer`` rejected when one of its identities was rejected before
+    (``CustomerDenial``); True if so. Saves the row."""
+    if customer.review == Customer.Review.REJECTED:
+        return True
+    denial = CustomerDenial.objects.filter(identity__in=customer.identities).first()
+    if denial is None:
+        return False
+    customer.review = Customer.Review.REJECTED
+    customer.message = f"rejected earlier (customer {denial.customer_id})"
+    customer.save(update_fields=["review", "message"])
+    CustomerEvent.objects.create(customer=customer, event="review.denied_before",
+                                 detail={"earlier": denial.customer_id})
+    return True
 
 
 # --- writing -------------------------------------------------------------------------
@@ -448,8 +503,10 @@ def put(body: dict, uploads: list[Upload] = ()) -> Customer:
         customer.field_updated = {**customer.field_updated,
                                   **{n: _stamp(now) for n in given}}
         customer.review = _review_after(customer, changed, created)
+        customer.identities = identities(customer, merged)
         customer.updated_at = now
         customer.save()
+        apply_denials(customer)
         for name, (upload, content_type) in files.items():
             CustomerFile.objects.update_or_create(
                 customer=customer, field=name,
@@ -629,6 +686,10 @@ def review(*, customer_id: str, decision: str, operator, note: str, message: str
         elif decision == "reject":
             customer.review = Customer.Review.REJECTED
             customer.message = (message or note)[:500]
+            for identity in customer.identities:
+                CustomerDenial.objects.get_or_create(
+                    identity=identity, defaults={"customer_id": customer.id,
+                                                 "reason": customer.message})
         else:
             asked = [f for f in (fields or []) if f in ALL_FIELDS]
             if not asked:

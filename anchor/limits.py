@@ -10,9 +10,12 @@ go above the threshold.
 
 Limits: LIMIT_DAILY_INR and LIMIT_MONTHLY_INR per customer, over the calendar day and
 month in LIMITS_TIME_ZONE (India: Asia/Kolkata); what counts is every transaction's INR
-value reserved here (``customer_volumes``), not released. ``reserve`` locks the
-customer's row, sums the window and inserts (or updates) the transaction's row in one
-transaction, so concurrent submissions are counted one after the other.
+value reserved here (``customer_volumes``), not released, summed per identity (a keyed
+hash of the wallet account and memo, or of a receiver's bank account: every customer row
+and memo of one person counts together, anchor/customers.py ``identities``). ``reserve``
+takes an advisory lock on the identity, sums the window and inserts (or updates) the
+transaction's row in one transaction, so concurrent submissions are counted one after
+the other.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from django.utils import timezone
 
 from anchor import customers
 from anchor.models import Customer, CustomerVolume
+from common import locks
 
 SEP24_KYC_FIELDS = ("first_name", "last_name", "tax_id", "birth_date")
 
@@ -51,17 +55,30 @@ class Gate:
 
 
 def split_sub(sub: str) -> tuple[str, str]:
+    """(account, memo) of a SEP-10 subject; an id memo in its one spelling ("012" is
+    12)."""
     account, _, memo = (sub or "").partition(":")
+    if memo.isascii() and memo.isdigit():
+        memo = str(int(memo))
     return account, memo
 
 
 def sep24_customer(sub: str) -> Customer:
-    """The ``sep24-customer`` of a SEP-10 subject, made on first use."""
+    """The ``sep24-customer`` of a SEP-10 subject, made on first use (rejected from the
+    start if this wallet account was rejected before, even under a deleted row)."""
     account, memo = split_sub(sub)
-    customer, _ = Customer.objects.get_or_create(
+    customer, created = Customer.objects.get_or_create(
         account=account, memo=memo, memo_type="id" if memo else "", type=customers.SEP24,
         deleted_at__isnull=True, defaults={"review": Customer.Review.AUTO})
+    if created or not customer.identities:
+        customer.identities = customers.identities(customer)
+        customer.save(update_fields=["identities"])
+        customers.apply_denials(customer)
     return customer
+
+
+def wallet_identity(sub: str) -> str:
+    return customers.wallet_identity(*split_sub(sub))
 
 
 def _kyc_done(customer: Customer) -> bool:
@@ -100,39 +117,44 @@ def _windows(now: datetime) -> tuple[datetime, datetime]:
     return day, day.replace(day=1)
 
 
-def used(customer: Customer, *, since: datetime, but: str = "") -> Decimal:
-    rows = CustomerVolume.objects.filter(customer=customer, created_at__gte=since,
+def used(identity: str, *, since: datetime, but: str = "") -> Decimal:
+    """INR reserved for ``identity`` since ``since`` (all its customer rows and memos)."""
+    rows = CustomerVolume.objects.filter(identity=identity, created_at__gte=since,
                                          released_at__isnull=True).exclude(transaction_id=but)
     return rows.aggregate(total=Sum("amount_inr"))["total"] or Decimal(0)
 
 
 def headroom(sub: str) -> tuple[Decimal, Decimal]:
     """INR left today and this month for ``sub``."""
-    customer = sep24_customer(sub)
+    identity = wallet_identity(sub)
     day, month = _windows(timezone.now())
-    return (settings.LIMIT_DAILY_INR - used(customer, since=day),
-            settings.LIMIT_MONTHLY_INR - used(customer, since=month))
+    return (settings.LIMIT_DAILY_INR - used(identity, since=day),
+            settings.LIMIT_MONTHLY_INR - used(identity, since=month))
 
 
 def reserve(*, transaction_id: str, kind: str, amount_inr: Decimal, sub: str = "",
-            customer: Customer | None = None) -> None:
-    """Count ``amount_inr`` against the limits of ``customer`` (or of ``sub``'s SEP-24
-    customer) for ``transaction_id`` (again: its row is updated, not added). Raises
-    LimitReached (nothing written)."""
+            customer: Customer | None = None, identity: str = "") -> None:
+    """Count ``amount_inr`` for ``transaction_id`` against the limits of ``identity``
+    (default: ``sub``'s wallet identity); ``customer`` (default ``sub``'s SEP-24
+    customer) is the row it is recorded on. Again for one transaction: its row is
+    updated, not added. Raises LimitReached (nothing written)."""
     customer = customer or sep24_customer(sub)
+    identity = identity or wallet_identity(sub)
     with transaction.atomic():
-        Customer.objects.select_for_update().filter(pk=customer.pk).first()
+        # One person's reservations one at a time (two tabs, two sending anchors).
+        locks.xact_lock(f"limits:{identity}")
         day, month = _windows(timezone.now())
         for label, since, limit in (("today", day, settings.LIMIT_DAILY_INR),
                                     ("this month", month, settings.LIMIT_MONTHLY_INR)):
-            left = limit - used(customer, since=since, but=transaction_id)
+            left = limit - used(identity, since=since, but=transaction_id)
             if amount_inr > left:
                 raise LimitReached(f"This is over your limit: ₹{max(left, Decimal(0)):.2f} "
                                    f"is left {label} (₹{limit} in all).")
         CustomerVolume.objects.update_or_create(
             transaction_id=transaction_id,
-            defaults={"customer": customer, "kind": kind, "amount_inr": amount_inr,
-                      "released_at": None})
+            defaults={"customer": customer, "identity": identity, "kind": kind,
+                      "amount_inr": amount_inr, "released_at": None})
+
 
 
 def release(transaction_id: str) -> None:

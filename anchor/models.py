@@ -297,6 +297,10 @@ class Customer(models.Model):
     requested_fields = models.JSONField(default=list)
     requested_at = models.DateTimeField(null=True, blank=True)
     used_at = models.DateTimeField(null=True, blank=True)
+    # Keyed hashes (HMAC-SHA256) of who this is, across customer rows: the PAN, the
+    # bank account or UPI ID, the wallet's SEP-10 account and memo (anchor/customers.py
+    # ``identities``). Limits and rejections follow them, not the row.
+    identities = models.JSONField(default=list)
     deleted_at = models.DateTimeField(null=True, blank=True)
     erase_after = models.DateTimeField(null=True, blank=True)
     erased_at = models.DateTimeField(null=True, blank=True)
@@ -360,6 +364,20 @@ class CustomerEvent(models.Model):
         ordering = ["id"]
 
 
+class CustomerDenial(models.Model):
+    """A person an operator rejected, by identity hash (``Customer.identities``): a
+    customer registered again with the same PAN, bank account or wallet account starts
+    rejected. Holds no personal data (a keyed hash), so it outlives erasure."""
+
+    identity = models.CharField(max_length=64, unique=True)
+    customer_id = models.CharField(max_length=40)
+    reason = models.TextField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "customer_denials"
+
+
 class CustomerVolume(models.Model):
     """What one customer moved or asked to move, for the daily and monthly limits
     (anchor/limits.py): one row per AP transaction (deposit, withdrawal, inbound
@@ -370,6 +388,9 @@ class CustomerVolume(models.Model):
 
     transaction_id = models.CharField(max_length=64, unique=True)
     customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="volumes")
+    # Whose limit it counts against: an identity hash of the customer (the wallet
+    # account for SEP-24, the bank account or UPI ID for a SEP-31 receiver).
+    identity = models.CharField(max_length=64, default="")
     kind = models.CharField(max_length=12)
     amount_inr = models.DecimalField(max_digits=14, decimal_places=2)
     created_at = models.DateTimeField(db_default=Now())
@@ -377,7 +398,7 @@ class CustomerVolume(models.Model):
 
     class Meta:
         db_table = "customer_volumes"
-        indexes = [models.Index(fields=["customer", "created_at"],
+        indexes = [models.Index(fields=["identity", "created_at"],
                                 name="customer_volumes_window_idx")]
 
 

@@ -30,6 +30,9 @@ class WithdrawalRequest(models.Model):
         AWAITING_FUNDS = "awaiting_funds"
         FUNDS_VERIFIED = "funds_verified"
         MANUAL_REVIEW = "manual_review"
+        # A receive whose firm quote expired before any USDC arrived: AP was told
+        # (notify_transaction_expired); a payment arriving later is raised for a refund.
+        EXPIRED = "expired"
 
     class Kind(models.TextChoices):
         WITHDRAWAL = "withdrawal"

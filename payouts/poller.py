@@ -88,6 +88,8 @@ def receive_process(*, ap_tx: dict) -> str:
     request = request_of(ap_tx["id"]).first()
     if request is None or request.funds_requested_at is None:
         return receive.decide(ap_tx=ap_tx)
+    if receive.expire_if_due(request, ap_tx):
+        return "expired"
     return withdrawal_process(ap_tx=ap_tx)
 
 
@@ -111,6 +113,8 @@ def withdrawal_process(*, ap_tx: dict) -> str:
             return "not_due"
         if request.status == WithdrawalRequest.Status.MANUAL_REVIEW:
             return "manual_review"
+        if request.status == WithdrawalRequest.Status.EXPIRED:
+            return "expired"
 
         verdict = receipts.verify(request, ap_source=ap_tx.get("source_account") or
                                   request.source_account)
@@ -141,6 +145,10 @@ def withdrawal_process(*, ap_tx: dict) -> str:
             # AP's observer overwrote amount_in with one payment of several (NOTES §4.4).
             log.info("withdrawal %s: AP amount_in %s, chain %s", transaction_id,
                      _ap_amount(ap_tx), verdict.received)
+        late = receive.late_for_quote(request, verdict.first_at)
+        if late:
+            _review(request, late, verdict.evidence)
+            return "manual_review"
         WithdrawalRequest.objects.filter(pk=request.pk).update(
             status=WithdrawalRequest.Status.FUNDS_VERIFIED, received_amount=verdict.received,
             chain_evidence=verdict.evidence, review_reason=verdict.reason)

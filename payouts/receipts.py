@@ -239,6 +239,9 @@ def _classify(receipt: StellarReceipt) -> str:
         return _raise(receipt, "memo shared by withdrawals " + ", ".join(
             r.transaction_id for r in requests) + ": cannot tell whose payment this is")
     request = requests[0]
+    if request.status == WithdrawalRequest.Status.EXPIRED:
+        return _raise(receipt, f"arrived after transaction {request.transaction_id} "
+                               "expired (its firm quote ran out): refund it")
     if WithdrawalRefund.objects.filter(request=request).exists():
         return _raise(receipt, f"arrived after withdrawal {request.transaction_id} was "
                                "refunded")

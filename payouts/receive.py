@@ -25,10 +25,15 @@ or amount, and AP accepts ``notify_offchain_funds_sent`` before any USDC arrived
 rule 3), the beneficiary is validated (payouts/beneficiaries.py), and the INR is paid
 once by the payout guard, which moves AP to ``pending_external`` and ``completed``.
 
+A transaction still ``pending_sender`` when its quote expires is expired at AP
+(``expire_if_due``), and USDC that arrives after the quote expired is never paid at it
+(``late_for_quote``: a person decides). Limits count per person, not per customer row
+(anchor/limits.py identities): the same bank account under a new memo, or a customer
+deleted and registered again, meets the same limits and the same rejection.
+
 Every step is idempotent: a repeated call re-reads AP and the row and does only what is
 missing. Left for later (issue 12 §3): the on-chain refund to the SA of a payout that
-failed for good (AP's error -> recovery -> ``notify_refund_sent`` path) and the expiry
-of ``pending_sender`` transactions whose quote expired.
+failed for good (AP's error -> recovery -> ``notify_refund_sent`` path).
 """
 
 from __future__ import annotations
@@ -124,14 +129,17 @@ def decide(*, ap_tx: dict) -> str:
                                   buy_asset=INR)
         amount_out = quote.buy_amount.quantize(Decimal("0.01"))
         limits.reserve(customer=receiver, transaction_id=transaction_id, kind="receive",
-                       amount_inr=amount_out)
+                       amount_inr=amount_out, identity=customers.payout_identity(
+                           customers.personal_data(receiver)) or receiver.id)
     except (Refused, quotes.QuoteRefused, limits.LimitReached) as exc:
+        limits.release(transaction_id)
         return _reject(transaction_id, str(exc))
     beneficiary = _beneficiary(receiver)
     try:
         contact_id, fund_account_id = provider().register_beneficiary(
             beneficiary=beneficiary, reference=transaction_id)
     except ProviderError as exc:
+        limits.release(transaction_id)
         return _reject(transaction_id, f"the receiver's bank details were refused: {exc}")
     try:
         with transaction.atomic():
@@ -202,6 +210,49 @@ def _request_funds(request: WithdrawalRequest) -> str:
     WithdrawalRequest.objects.filter(pk=request.pk, funds_requested_at__isnull=True).update(
         funds_requested_at=timezone.now(), updated_at=timezone.now())
     return "funds_requested"
+
+
+def _quote_of(request: WithdrawalRequest) -> FirmQuote | None:
+    if request.kind != WithdrawalRequest.Kind.RECEIVE or not request.quote_id:
+        return None
+    return FirmQuote.objects.filter(quote_id=request.quote_id).first()
+
+
+def late_for_quote(request: WithdrawalRequest, first_receipt_at) -> str:
+    """Why a receive may not be paid at its firm quote ("" if it may): its USDC first
+    arrived after the quote expired (SEP31-RECEIVE.md §10 item 18: paying then would give
+    the sending anchor a free option on the rate)."""
+    quote = _quote_of(request)
+    if quote is None or first_receipt_at is None or first_receipt_at <= quote.expires_at:
+        return ""
+    return (f"the USDC arrived at {first_receipt_at.isoformat()}, after the firm quote "
+            f"{quote.quote_id} expired at {quote.expires_at.isoformat()}: refund it or "
+            "agree a new rate")
+
+
+def expire_if_due(request: WithdrawalRequest, ap_tx: dict) -> bool:
+    """A receive still waiting for its USDC (AP ``pending_sender``, nothing received by
+    AP or by us) whose firm quote expired: AP's ``notify_transaction_expired`` (AP expires
+    nothing itself, §3.3), then the row is ``expired`` (a later payment is raised for a
+    refund: payouts/receipts.py). True when it is expired now."""
+    if request.status == WithdrawalRequest.Status.EXPIRED:
+        return True
+    quote = _quote_of(request)
+    if (quote is None or timezone.now() <= quote.expires_at
+            or ap_tx.get("status") != "pending_sender" or ap_tx.get("transfer_received_at")
+            or request.status != WithdrawalRequest.Status.AWAITING_FUNDS
+            or receipts.verify(request, ap_source="").first_at is not None):
+        return False
+    platform.rpc_once("notify_transaction_expired", {
+        "transaction_id": request.transaction_id,
+        "message": f"the quote {quote.quote_id} expired before the USDC arrived"},
+        reached=lambda tx: tx.get("status") == "expired")
+    WithdrawalRequest.objects.filter(pk=request.pk,
+                                     status=WithdrawalRequest.Status.AWAITING_FUNDS).update(
+        status=WithdrawalRequest.Status.EXPIRED, updated_at=timezone.now(),
+        review_reason=f"quote {quote.quote_id} expired before the USDC arrived")
+    limits.release(request.transaction_id)
+    return True
 
 
 def ap_status_for(request: WithdrawalRequest, sep24_status: str) -> str:

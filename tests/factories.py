@@ -19,6 +19,7 @@ from anchor import pii
 from anchor.models import (
     ApTransactionEvent,
     Customer,
+    CustomerDenial,
     CustomerEvent,
     CustomerFile,
     CustomerVolume,
@@ -433,3 +434,12 @@ class CustomerVolumeFactory(factory.django.DjangoModelFactory):
     customer = factory.SubFactory(CustomerFactory)
     kind = "deposit"
     amount_inr = Decimal("1000.00")
+
+
+class CustomerDenialFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = CustomerDenial
+
+    identity = factory.Sequence(lambda n: f"{n:064x}")
+    customer_id = "cus_000000000000000000000000"
+    reason = "sanctions"

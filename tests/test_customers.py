@@ -416,3 +416,86 @@ def test_production_warns_when_beneficiaries_go_unverified(settings):
     assert [w.id for w in checks.beneficiary_check()] == ["corridor.W001"]
     settings.FAV_REQUIRED = True
     assert checks.beneficiary_check() == []
+
+
+# --- hostile input (found by an attacker trial, 2026-12-04) -----------------------------
+
+def _part(name: bytes, value: bytes, filename: bytes | None = None) -> bytes:
+    disposition = b'form-data; name="' + name + b'"'
+    if filename is not None:
+        disposition += b'; filename="' + filename + b'"'
+    return b"--x\r\nContent-Disposition: " + disposition + b"\r\n\r\n" + value + b"\r\n"
+
+
+def _form(*parts: bytes) -> bytes:
+    return b"".join(parts) + b"--x--\r\n"
+
+
+def _json(**fields) -> bytes:
+    body = {"account": SA, "memo": "1", "type": "sep31-receiver", **fields}
+    return json.dumps(body, ensure_ascii=False).encode()
+
+
+MULTI = "multipart/form-data; boundary=x"
+ACCOUNT = _part(b"account", SA.encode())
+BAD = [
+    (MULTI, _form(_part(b"first_name", b"A\x00B"))),
+    (MULTI, _form(_part(b"first_name", b"\xff\xfe"))),
+    (MULTI, b"garbage"),
+    ("multipart/form-data", b"--x\r\n"),
+    (MULTI, _form(_part(b"photo_id_front", b"\xff\xd8\xffAAAA", b"a"))),
+    (MULTI, _form(ACCOUNT, _part(b"first_name", b"zz", b"a"))),
+    (MULTI, _form(_part(b"\xc3\x28", b"v"))),
+    (MULTI, _form(ACCOUNT, _part(b"memo", b"1"), _part(b"type", b"sep31-receiver"),
+                  _part(b"photo_id_front", b"", b"a"))),
+    ("application/json", _json(first_name="\u0000")),
+    ("application/json", _json(memo="99999999999999999999999")),
+    ("application/json", _json(memo="\u0661\u0662", memo_type="id")),
+    ("application/json", _json(birth_date="\u0661990-01-01")),
+    ("application/json", _json(bank_account_number="\u0661\u0662\u0663\u0664\u0665"
+                                                    "\u0666\u0667\u0668\u0669")),
+    ("application/json", _json(email_address="a@\u0915.com")),
+    ("application/json", _json(tax_id="abcde1234f", tax_id_name="pan",
+                               first_name="\u0130" * 200)),
+]
+
+
+@pytest.mark.parametrize("content_type,body", BAD)
+def test_hostile_put_is_never_a_5xx(client, settings, content_type, body):
+    response = client.generic("PUT", URL, body, content_type=content_type, **headers(settings))
+    assert response.status_code < 500, response.content[:300]
+
+
+@pytest.mark.parametrize("params", [
+    {"id": "cus_\x00"}, {"account": SA, "memo": "\u0661\u0662", "memo_type": "id"},
+    {"account": SA, "memo": "1", "memo_type": "ID"},     {"account": SA, "type": "x" * 5000},
+])
+def test_hostile_get_is_never_a_5xx(client, settings, params):
+    response = client.get(URL, params, **headers(settings))
+    assert response.status_code < 500, response.content[:300]
+
+
+def test_hostile_get_lone_surrogate_is_never_a_5xx(client, settings):
+    response = client.get(URL + "?account=%ED%A0%80&memo=%00", **headers(settings))
+    assert response.status_code < 500, response.content[:300]
+
+
+@pytest.mark.parametrize("spelling", ["012", "\u0661\u0662", "+12", " 12"])
+def test_one_id_memo_is_one_customer_whatever_its_spelling(client, settings, spelling):
+    """An id memo is a number: 12, 012 and the Arabic-Indic digits of 12 name one
+    custodial user (AP and the Stellar SDK parse them to the same uint64), so they must
+    be one customer, or each spelling is a fresh customer with fresh limits and no
+    rejection."""
+    def put(memo):
+        body = {"account": SA, "memo": memo, "memo_type": "id", "type": "sep31-receiver",
+                "first_name": "Asha", "last_name": "Verma",
+                "bank_account_number": "50100123456789", "bank_number": "HDFC0001234"}
+        return client.put(URL, json.dumps(body), content_type="application/json",
+                          **headers(settings))
+
+    first, other = put("12"), put(spelling)
+    if other.status_code == 400:
+        return  # refused: fine
+    assert other.status_code == 200 and first.json()["id"] == other.json()["id"], (
+        f"memo {spelling!r} answered {other.status_code} {other.content[:200]!r}; memo '12' "
+        f"is {first.json().get('id')}")

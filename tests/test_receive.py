@@ -7,14 +7,18 @@ All over real HTTP against real PostgreSQL."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
 
+from anchor import customers
 from anchor.models import Customer, FirmQuote
 from payouts import poller
-from payouts.models import WithdrawalPayout, WithdrawalRequest
-from sandbox.sender31 import RECEIVER_FIELDS, Payment, SendingAnchor, new_memo
+from payouts.models import StellarReceipt, WithdrawalPayout, WithdrawalRequest
+from sandbox.sender31 import RECEIVER_FIELDS, SENDER_FIELDS, Payment, SendingAnchor, new_memo
 from tests.flows import ap, sandbox_payouts, settle, unique_account_number, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -128,3 +132,101 @@ def test_the_sending_anchor_memo_is_ours_and_unique(sa, clean_sandbox):
     memos = {sa.transaction(r.transaction_id)["stellar_memo"] for r in (a, b)}
     assert len(memos) == 2 and all(m.isdigit() and int(m) < 2**64 for m in memos)
     assert new_memo() not in memos
+
+
+# --- found by an attacker trial, 2026-12-04 -------------------------------------------
+
+def test_one_receiver_under_two_memos_does_not_get_the_daily_limit_twice(sa, clean_sandbox,
+                                                                         settings):
+    """The same person (same name, PAN, bank account) registered by the SA under two
+    memos (sa.start makes a fresh memo per remittance, as a custodial SA does) is two
+    customers, so each remittance sees an empty daily limit."""
+    settings.LIMIT_DAILY_INR = Decimal("10000")  # 100 USDC is about 8300 INR
+    person = {**RECEIVER_FIELDS, "bank_account_number": unique_account_number()}
+    first = sa.start(amount="100", receiver_fields=person)
+    until_status(first.transaction_id, "pending_sender", "error")
+    second = sa.start(amount="100", receiver_fields=person)
+    second_tx = until_status(second.transaction_id, "pending_sender", "error")
+
+    requested = WithdrawalRequest.objects.filter(
+        transaction_id__in=[first.transaction_id, second.transaction_id],
+        funds_requested_at__isnull=False)
+    total = sum(r.amount_out for r in requested)
+    assert total <= settings.LIMIT_DAILY_INR, (
+        f"one bank account got INR {total} funded today over a daily limit of "
+        f"{settings.LIMIT_DAILY_INR}: receivers "
+        f"{first.receiver_id} / {second.receiver_id}, second tx {second_tx['status']}")
+
+
+def test_a_rejected_receiver_deleted_and_registered_again_is_not_paid(sa, clean_sandbox):
+    """An operator rejects a receiver (sanctions). The SA deletes it through SEP-12 and
+    registers the very same person again: a fresh, auto-accepted customer, and the
+    next remittance is funded and paid."""
+    person = {**RECEIVER_FIELDS, "bank_account_number": unique_account_number()}
+    sa.ensure_account()
+    sa.authenticate()
+    memo = "424242"
+    receiver_id = sa.put_customer(type="sep31-receiver", memo=memo, fields=person)
+    customers.review(customer_id=receiver_id, decision="reject", note="OPS-9 sanctions hit",
+                     operator=User.objects.create_superuser("olga-ops"))
+
+    gone = sa.http.request("DELETE", f"/ap/sep/sep12/customer/{sa.account}",
+                           json={"memo": memo, "memo_type": "id"}, headers=sa._headers())
+    assert gone.status_code == 200, gone.text
+    again_id = sa.put_customer(type="sep31-receiver", memo=memo, fields=person)
+    sender_id = sa.put_customer(type="sep31-sender", memo="434343",
+                                fields=SENDER_FIELDS)
+    quote = sa.firm_quote("20")
+    transaction_id = sa.create_transaction(amount=quote["sell_amount"], sender_id=sender_id,
+                                           receiver_id=again_id, quote_id=quote["id"])
+    tx = until_status(transaction_id, "pending_sender", "error")
+
+    assert tx["status"] == "error", (
+        f"receiver {receiver_id} was rejected; re-registered as {again_id} "
+        f"(review {Customer.objects.get(pk=again_id).review}) and the remittance "
+        f"reached {tx['status']} with funds requested")
+
+
+def test_an_expired_quote_expires_the_transaction_and_a_late_payment_is_raised(
+        sa, clean_sandbox, settings):
+    """SEP31-RECEIVE.md §10 item 18 (found by an attacker trial: INR was paid at a quote
+    that had expired 6 hours before the USDC arrived). AP expires nothing: Corridor
+    does, and USDC paid after that is raised for a refund, never paid out."""
+    settings.RECEIPT_GRACE_S = 0.0
+    remittance = sa.start(amount="50", receiver_fields={
+        **RECEIVER_FIELDS, "bank_account_number": unique_account_number()})
+    until_status(remittance.transaction_id, "pending_sender")
+    txn = sa.transaction(remittance.transaction_id)
+    FirmQuote.objects.filter(quote_id=remittance.quote["id"]).update(
+        expires_at=timezone.now() - timedelta(hours=6))
+
+    until_status(remittance.transaction_id, "expired")
+    sa.pay(txn)  # late: the memo of an expired transaction
+
+    receipt = wait_for(lambda: poller.poll_withdrawals() is not None and
+                       StellarReceipt.objects.filter(memo=txn["stellar_memo"],
+                                                     review_reason__contains="expired").first(),
+                       timeout=40, interval=0.3, what="the late receipt raised")
+    assert receipt.consumed_amount == 0
+    request = WithdrawalRequest.objects.get(transaction_id=remittance.transaction_id)
+    assert request.status == "expired"
+    assert sandbox_payouts(clean_sandbox, remittance.transaction_id) == []
+
+
+def test_usdc_that_arrived_after_the_quote_expired_is_not_paid_at_it(sa, clean_sandbox):
+    """The race the expiry sweep cannot close: the payment lands after the quote's
+    expiry and before any pass expired the transaction."""
+    remittance = sa.start(amount="50", receiver_fields={
+        **RECEIVER_FIELDS, "bank_account_number": unique_account_number()})
+    until_status(remittance.transaction_id, "pending_sender")
+    FirmQuote.objects.filter(quote_id=remittance.quote["id"]).update(
+        expires_at=timezone.now())
+    sa.finish(remittance)
+
+    request = wait_for(lambda: poller.poll_withdrawals() is not None and
+                       WithdrawalRequest.objects.filter(transaction_id=remittance.transaction_id,
+                                                        status="manual_review").first(),
+                       timeout=40, interval=0.3, what="the late USDC held for review")
+
+    assert "after the firm quote" in request.review_reason
+    assert sandbox_payouts(clean_sandbox, remittance.transaction_id) == []

@@ -11,6 +11,7 @@ import threading
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth.models import User
 
 from anchor import customers
 from anchor.models import Customer, CustomerVolume, DepositOrder
@@ -155,3 +156,55 @@ def test_a_withdrawal_counts_its_rupees_against_the_limit(clean_sandbox, setting
 
     assert over.status_code == 400 and "₹500.00 is left" in error_text(over)
     assert tab.post(amount="5", **fields).status_code == 200
+
+
+# --- a SEP-12 DELETE resets nothing (found by an attacker trial, 2026-12-04) ------------
+
+def sep12_delete(sbx, wallet: Wallet):
+    token = sbx.http.post("/ap/sep/auth", json={"account": wallet.address}
+                          ).raise_for_status().json()["token"]
+    return sbx.http.request("DELETE", f"/ap/sep/sep12/customer/{wallet.address}", json={},
+                            headers={"Authorization": f"Bearer {token}"})
+
+
+def test_a_rejected_customer_cannot_delete_itself_and_go_above_the_threshold(clean_sandbox,
+                                                                             settings):
+    settings.KYC_SEP24_THRESHOLD_INR = Decimal("5000")
+    wallet, person = Wallet(clean_sandbox), Person(clean_sandbox)
+    _, tab = deposit_tab(clean_sandbox, wallet, person)
+    tab.post(amount="6000", **KYC)
+    operator = User.objects.create_superuser("olga-ops")
+    customers.review(customer_id=Customer.objects.get(type="sep24-customer").id,
+                     decision="reject", operator=operator, note="OPS-9 sanctions hit")
+    _, again = deposit_tab(clean_sandbox, wallet, person)
+    assert again.post(amount="6000").status_code == 400  # rejected: held below
+
+    assert sep12_delete(clean_sandbox, wallet).status_code == 200
+    _, fresh = deposit_tab(clean_sandbox, wallet, person)
+    quoted = fresh.post(amount="6000", **KYC)  # the same PAN, name and birth date
+    done = fresh.post(amount="6000", confirm="yes")
+
+    assert done.status_code != 302, (
+        f"the rejected customer deleted itself and deposited INR 6000 above the "
+        f"threshold with the same PAN: quote page {quoted.status_code}, confirm "
+        f"{done.status_code}; customers "
+        f"{list(Customer.objects.values_list('id', 'review', 'deleted_at'))}")
+
+
+def test_deleting_the_customer_does_not_reset_the_daily_limit(clean_sandbox, settings):
+    settings.LIMIT_DAILY_INR = Decimal("3000")
+    wallet, person = Wallet(clean_sandbox), Person(clean_sandbox)
+    _, first = deposit_tab(clean_sandbox, wallet, person)
+    first.post(amount="3000")
+    assert first.post(amount="3000", confirm="yes").status_code == 302
+    _, second = deposit_tab(clean_sandbox, wallet, person)
+    assert second.post(amount="3000").status_code == 400  # the day is used up
+
+    assert sep12_delete(clean_sandbox, wallet).status_code == 200
+    _, third = deposit_tab(clean_sandbox, wallet, person)
+    third.post(amount="3000")
+    done = third.post(amount="3000", confirm="yes")
+
+    assert done.status_code != 302, (
+        f"after a SEP-12 DELETE the same wallet account deposited another INR 3000 today "
+        f"over a daily limit of 3000 ({error_text(done)!r})")

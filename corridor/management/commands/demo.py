@@ -12,7 +12,10 @@ summary whose last line is::
 
 ``double_payments`` is counted on the sandbox's Stellar ledger (USDC payments received
 per wallet beyond the first), ``ap_mismatches`` compares AP's final state with
-``deposit_releases`` (completed there iff completed with the same hash here).
+``deposit_releases`` (completed there iff completed with the same hash here). The line
+goes on with the withdrawals, the remittance sagas and the SEP-31 remittances sent in
+(``inbound=20 inbound_completed=… inbound_refunded=… inbound_review=… inbound_rejected=…
+double_payouts_inbound=0``; ``_drive_inbound``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
@@ -163,6 +167,9 @@ class _Demo:
                 f" elapsed_s={time.monotonic() - started:.1f}\n"
             line = line.rstrip("\n").rsplit(" elapsed_s=", 1)[0] + " " + \
                 self._drive_remittances(sandbox, web_url) + \
+                f" elapsed_s={time.monotonic() - started:.1f}\n"
+            line = line.rstrip("\n").rsplit(" elapsed_s=", 1)[0] + " " + \
+                self._drive_inbound(sandbox) + \
                 f" elapsed_s={time.monotonic() - started:.1f}\n"
             fired = " ".join(f"{f['name']}={f['fired']}" for f in
                              sandbox.http.get("/sandbox/faults").json()["faults"])
@@ -305,6 +312,65 @@ class _Demo:
                 f"sagas_compensated={done['sagas_compensated']} "
                 f"sagas_manual_review={done['sagas_manual_review']} "
                 f"ledger_matches_chain={matches}")
+
+    def _drive_inbound(self, sandbox) -> str:
+        """DEMO_INBOUND (default 20) SEP-31 remittances a foreign sending anchor sends in
+        (sandbox/sender31.py), decided and paid by Corridor's own workers, with faults:
+        about one in five receivers registered without the IFSC (AP waits in
+        ``pending_customer_info_update`` until the anchor adds it), one in five whose
+        bank's registered name differs from the KYC name (fund account validation sends
+        it to a person), one in five paid short by the anchor (held for review). Returns
+        the summary keys; every remittance is in exactly one final group
+        (``corridor.invariants.inbound_figures``)."""
+        from corridor import invariants
+        from sandbox.sender31 import RECEIVER_FIELDS, Payment, SendingAnchor
+
+        n = int(os.environ.get("DEMO_INBOUND", 20))
+        anchor = SendingAnchor(sandbox.url)
+        anchor.ensure_account(minimum_usdc=Decimal(100 * n))
+        lock = threading.Lock()
+
+        def one(i: int) -> str:
+            sa = SendingAnchor(sandbox.url)
+            account = f"9{i:04d}{int(time.time()) % 10**6:06d}"
+            fields = {**RECEIVER_FIELDS, "bank_account_number": account}
+            if i % 5 == 1:
+                del fields["bank_number"]
+            if i % 5 == 2:
+                sandbox.http.post("/razorpay/sandbox/fund_accounts/validations/accounts",
+                                  json={"account_number": account,
+                                        "registered_name": "Rahul Mehta"}).raise_for_status()
+            with lock:  # one Stellar sequence for the anchor's account
+                started = sa.start(amount=f"{20 + i}.5", receiver_fields=fields)
+            if i % 5 == 1:
+                sa.wait_for_status(started.transaction_id, ("pending_customer_info_update",),
+                                   timeout=self.timeout)
+                sa.put_customer(type="sep31-receiver", memo=None,
+                                customer_id=started.receiver_id,
+                                fields={"bank_number": "HDFC0001234"})
+            txn = sa.wait_for_status(started.transaction_id, timeout=self.timeout)
+            short = Payment(amount=str(Decimal(txn["amount_in"]) - Decimal("0.5"))) \
+                if i % 5 == 3 else Payment()
+            with lock:
+                sa.pay(txn, short)
+            return started.transaction_id
+
+        with ThreadPoolExecutor(max_workers=5) as pool:
+            ids = list(pool.map(one, range(n)))
+        self.say(f"demo: {n} SEP-31 remittances sent in and paid on chain; waiting\n")
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            figures = invariants.inbound_figures(sandbox, ids)
+            if not figures.violations and not figures.counts["inbound_processing"]:
+                break
+            time.sleep(2)
+        self._report(figures)
+        c = figures.counts
+        return (f"inbound={n} inbound_completed={c['inbound_completed']} "
+                f"inbound_refunded={c['inbound_refunded']} "
+                f"inbound_review={c['inbound_review']} "
+                f"inbound_rejected={c['inbound_rejected']} "
+                f"double_payouts_inbound={c['double_payouts_inbound']}")
 
     def _worker_argv(self, name: str, concurrency: int) -> list[str]:
         return [sys.executable, "-m", "celery", "-A", "corridor", "worker", "--pool", "threads",
