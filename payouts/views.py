@@ -14,7 +14,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 from structlog.contextvars import bind_contextvars
 
-from anchor import callbacks, inbox, platform, sep24, submissions
+from anchor import callbacks, customers, inbox, limits, platform, sep24, submissions
 from anchor import razorpay as rzp
 from anchor.models import InboundEvent
 from anchor.views import (
@@ -26,7 +26,7 @@ from anchor.views import (
     webhook_outcome,
 )
 from corridor import inbound
-from payouts import withdrawals
+from payouts import fav, withdrawals
 from payouts.models import WithdrawalPayout, WithdrawalRequest
 from payouts.providers.base import ProviderError
 from payouts.webhooks import ProviderUnreachable, check_payout_event, payout_webhook_apply
@@ -81,6 +81,9 @@ def withdraw(request, transaction_id: str):
         return render(request, "sep24/withdraw.html", context)
     try:
         amount, beneficiary = withdrawals.parse_form(request.POST)
+        own = _own_account_problem(request, transaction_id, beneficiary.name)
+        if own:
+            raise withdrawals.WithdrawalInputError({"name": own})
         inr = withdrawals.quote(amount).amount_out
         if not kyc_and_limits(request, context, transaction_id, "withdrawal", inr):
             return render(request, "sep24/withdraw.html", context,
@@ -110,6 +113,19 @@ def withdraw(request, transaction_id: str):
     log.info("withdrawal submitted", extra={"amount_in": str(w.amount_in),
                                             "beneficiary_type": w.beneficiary_type})
     return _pay_page(request, w)
+
+
+def _own_account_problem(request, transaction_id: str, holder: str) -> str:
+    """A customer who gave KYC (anchor/limits.py) withdraws to an account in their own
+    name: the holder typed must match the KYC name (payouts/fav.py ``name_match``), or
+    fund account validation would only prove the account is the typed stranger's."""
+    sub = sep24.session_sub(request, transaction_id)
+    customer = limits.sep24_customer(sub) if sub else None
+    data = customers.personal_data(customer) if customer is not None else {}
+    kyc_name = " ".join(p for p in (data.get("first_name"), data.get("last_name")) if p)
+    if not kyc_name or fav.name_match(holder, kyc_name).matched:
+        return ""
+    return "The account must be in your own name, as in your KYC details."
 
 
 def _withdrawal_details(transaction_id: str, ap_tx: dict) -> dict | None:

@@ -208,3 +208,25 @@ def test_deleting_the_customer_does_not_reset_the_daily_limit(clean_sandbox, set
     assert done.status_code != 302, (
         f"after a SEP-12 DELETE the same wallet account deposited another INR 3000 today "
         f"over a daily limit of 3000 ({error_text(done)!r})")
+
+
+def test_a_customer_with_kyc_withdraws_only_to_an_account_in_their_own_name(clean_sandbox,
+                                                                            settings):
+    """Found by an attacker trial: fund account validation compared the bank's name
+    with the name typed on the form, so a KYC'd user could pay anyone by typing their
+    name."""
+    settings.KYC_SEP24_THRESHOLD_INR = Decimal("5000")
+    wallet, person = Wallet(clean_sandbox), Person(clean_sandbox)
+    _, tab = deposit_tab(clean_sandbox, wallet, person)
+    assert tab.post(amount="6000", **KYC).status_code == 200  # KYC given: Asha Verma
+    wallet.fund_usdc("100")
+    _, url = wallet.start_withdrawal()
+    withdraw = Tab(person, url)
+    fields = {"method": "bank_account", "account_number": "50100123456789",
+              "ifsc": "HDFC0001234"}
+
+    stranger = withdraw.post(amount="5", name="Rahul Mehta", **fields)
+    own = withdraw.post(amount="5", name="ASHA VERMA", **fields)
+
+    assert stranger.status_code == 400 and "your own name" in error_text(stranger)
+    assert own.status_code == 200 and "You receive" in own.text
