@@ -48,10 +48,11 @@ _TERMINAL = [
         amount_out_paise, rate, beneficiary_type, beneficiary_display, contact_id,
         fund_account_id, destination, memo, memo_type, source_account, funds_requested_at,
         first_receipt_at, received_amount, review_reason, chain_evidence, awaits_payout,
-        created_at, updated_at)
+        kind, quote_id, customer_id, created_at, updated_at)
     SELECT 'wr-' || %(tag)s || '-' || i, 'funds_verified', 10, 0.1, 891.00, 89100, 90.0000,
         'bank_account', 'XXXXXX1234', 'cont_x', 'fa_x', %(account)s, %(tag)s || i, 'id',
-        'GCUSTOMER', {_TS}, {_TS}, 10, '', '[]'::jsonb, false, {_TS}, {_TS} {_ROWS}""",
+        'GCUSTOMER', {_TS}, {_TS}, 10, '', '[]'::jsonb, false, 'withdrawal', '', '',
+        {_TS}, {_TS} {_ROWS}""",
     f"""INSERT INTO withdrawal_payouts (transaction_id, status, amount_paise, currency,
         fund_account_id, mode, provider, provider_payout_id, reference, attempts, last_error,
         ap_completed_at, clock_started_at, created_at, updated_at)
@@ -79,10 +80,10 @@ _TERMINAL = [
     SELECT 'ap', 'ev-' || %(tag)s || '-' || i, 'transaction_status_changed', {_TS},
         'recorded', '', '[["anchor.tasks.noop", []]]'::jsonb, {_TS} {_ROWS}""",
     f"""INSERT INTO customers (id, account, memo, memo_type, type, data, provided,
-        field_updated, review, message, requested_fields, created_at, updated_at)
+        field_updated, review, message, requested_fields, identities, created_at, updated_at)
     SELECT 'cus_' || %(tag)s || i, 'GSENDINGANCHOR', %(tag)s || i, 'text', 'sep31-receiver',
-        '\\x00'::bytea, '[]'::jsonb, '{{}}'::jsonb, 'auto', '', '[]'::jsonb, {_TS}, {_TS}
-    {_ROWS}""",
+        '\\x00'::bytea, '[]'::jsonb, '{{}}'::jsonb, 'auto', '', '[]'::jsonb, '[]'::jsonb,
+        {_TS}, {_TS} {_ROWS}""",
 ]
 
 # The open rows each sweep reads: stuck, due or unsettled, older than any cutoff.
@@ -113,10 +114,12 @@ _OPEN = [
     f"""INSERT INTO withdrawal_requests (transaction_id, status, amount_in, fee, amount_out,
         amount_out_paise, rate, beneficiary_type, beneficiary_display, contact_id,
         fund_account_id, destination, memo, memo_type, source_account, funds_requested_at,
-        review_reason, chain_evidence, awaits_payout, created_at, updated_at)
+        review_reason, chain_evidence, awaits_payout, kind, quote_id, customer_id, created_at,
+        updated_at)
     SELECT 'wro-' || %(tag)s || '-' || i, 'awaiting_funds', 10, 0.1, 891.00, 89100, 90.0000,
         'bank_account', 'XXXXXX1234', 'cont_x', 'fa_x', %(account)s, 'o' || %(tag)s || i,
-        'id', 'GCUSTOMER', {_TS}, '', '[]'::jsonb, false, {_TS}, {_TS} {_ROWS}""",
+        'id', 'GCUSTOMER', {_TS}, '', '[]'::jsonb, false, 'withdrawal', '', '', {_TS}, {_TS}
+    {_ROWS}""",
     # processing / completed with AP not told: half each.
     f"""INSERT INTO withdrawal_payouts (transaction_id, status, amount_paise, currency,
         fund_account_id, mode, provider, provider_payout_id, reference, attempts, last_error,
@@ -145,11 +148,11 @@ _OPEN = [
         'recorded', '', '[["anchor.tasks.noop", []]]'::jsonb {_ROWS}""",
     # deleted after moving money, retention over, data not yet erased.
     f"""INSERT INTO customers (id, account, memo, memo_type, type, data, provided,
-        field_updated, review, message, requested_fields, used_at, deleted_at, erase_after,
-        created_at, updated_at)
+        field_updated, review, message, requested_fields, identities, used_at, deleted_at,
+        erase_after, created_at, updated_at)
     SELECT 'cuso_' || %(tag)s || i, 'GSENDINGANCHOR', 'o' || %(tag)s || i, 'text',
         'sep31-receiver', '\\x00'::bytea, '[]'::jsonb, '{{}}'::jsonb, 'auto', '',
-        '[]'::jsonb, {_TS}, {_TS}, {_TS}, {_TS}, {_TS} {_ROWS}""",
+        '[]'::jsonb, '[]'::jsonb, {_TS}, {_TS}, {_TS}, {_TS}, {_TS} {_ROWS}""",
 ]
 
 
