@@ -326,6 +326,7 @@ class _Demo:
         from sandbox.sender31 import RECEIVER_FIELDS, Payment, SendingAnchor
 
         n = int(os.environ.get("DEMO_INBOUND", 20))
+        sandbox.fault("ap.stale_status", times=0)  # the withdrawals' lying reads end here
         anchor = SendingAnchor(sandbox.url)
         anchor.ensure_account(minimum_usdc=Decimal(100 * n))
         lock = threading.Lock()
