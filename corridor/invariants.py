@@ -99,20 +99,29 @@ def deposit_figures(sandbox, deposits: dict[str, str]) -> Figures:
     return out
 
 
+def _payouts_made(sandbox, ids: list[str], out: Figures, *, key: str,
+                  what: str) -> dict[str, int]:
+    """RazorpayX payouts per transaction id, as the sandbox holds them; each one beyond
+    the first is counted under ``key`` and is a violation."""
+    per_reference: dict[str, int] = {}
+    for payout in sandbox.http.get("/razorpay/sandbox/payouts").json()["payouts"]:
+        per_reference[payout["reference_id"]] = per_reference.get(payout["reference_id"], 0) + 1
+    made = {transaction_id: per_reference.get(transaction_id, 0) for transaction_id in ids}
+    for transaction_id, n in made.items():
+        if n > 1:
+            out.add(key, n - 1)
+            out.violations.append(f"double_payout {what} {transaction_id}: {n} payouts")
+    return made
+
+
 def withdrawal_figures(sandbox, ids: list[str]) -> Figures:
     from anchor import platform
     from payouts.models import WithdrawalPayout
 
     out = Figures(counts={"withdrawals": len(ids), "withdrawals_completed": 0,
                           "payouts_reversed": 0, "double_payouts": 0, "ap_mismatches": 0})
-    per_reference: dict[str, int] = {}
-    for payout in sandbox.http.get("/razorpay/sandbox/payouts").json()["payouts"]:
-        per_reference[payout["reference_id"]] = per_reference.get(payout["reference_id"], 0) + 1
+    _payouts_made(sandbox, ids, out, key="double_payouts", what="withdrawal")
     for transaction_id in ids:
-        made = per_reference.get(transaction_id, 0)
-        if made > 1:
-            out.add("double_payouts", made - 1)
-            out.violations.append(f"double_payout withdrawal {transaction_id}: {made} payouts")
         row = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
         status = row.status if row else None
         out.add("withdrawals_completed", status == "completed")
@@ -142,14 +151,10 @@ def inbound_figures(sandbox, ids: list[str]) -> Figures:
     out = Figures(counts={"inbound": len(ids), "inbound_completed": 0, "inbound_refunded": 0,
                           "inbound_review": 0, "inbound_rejected": 0, "inbound_processing": 0,
                           "double_payouts_inbound": 0})
-    per_reference: dict[str, int] = {}
-    for payout in sandbox.http.get("/razorpay/sandbox/payouts").json()["payouts"]:
-        per_reference[payout["reference_id"]] = per_reference.get(payout["reference_id"], 0) + 1
+    made_per_id = _payouts_made(sandbox, ids, out, key="double_payouts_inbound",
+                                what="inbound")
     for transaction_id in ids:
-        made = per_reference.get(transaction_id, 0)
-        if made > 1:
-            out.add("double_payouts_inbound", made - 1)
-            out.violations.append(f"double_payout inbound {transaction_id}: {made} payouts")
+        made = made_per_id[transaction_id]
         payout = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
         request = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
         ap = (platform.get_transaction(transaction_id) or {}).get("status")
