@@ -383,7 +383,7 @@ def apply_denials(customer: Customer) -> bool:
 
 # --- writing -------------------------------------------------------------------------
 
-def _value(name: str, raw: Any, values: dict[str, str]) -> str:
+def _value(name: str, raw: Any) -> str:
     if not isinstance(raw, str):
         raise CustomerInputError(f"{name} must be a string")
     limit = LONG_FIELDS.get(name, MAX_TEXT)
@@ -466,7 +466,7 @@ def put(body: dict, uploads: list[Upload] = ()) -> Customer:
     values: dict[str, str] = {}
     for name in TEXT_FIELDS:
         if name in body and body[name] is not None:
-            values[name] = _value(name, body[name], values)
+            values[name] = _value(name, body[name])
     files = {u.name: (u, _sniff(u)) for u in uploads}
     account = _text(body, "account", 69)
     customer_id = _text(body, "id", 40)

@@ -86,8 +86,8 @@ def _usdc(ap_tx: dict) -> Decimal:
     return Decimal(str((ap_tx.get("amount_in") or {}).get("amount") or "0"))
 
 
-def _beneficiary(receiver: Customer) -> Beneficiary:
-    data = customers.personal_data(receiver)
+def _beneficiary(data: dict[str, str]) -> Beneficiary:
+    """Where to pay a receiver, from its KYC fields (``personal_data``)."""
     name = " ".join(p for p in (data.get("first_name"), data.get("last_name")) if p)
     account = data.get("bank_account_number", "")
     if "@" in account:
@@ -128,13 +128,14 @@ def decide(*, ap_tx: dict) -> str:
                                   sell_asset=quotes.usdc_asset(), sell_amount=amount_in,
                                   buy_asset=INR)
         amount_out = quote.buy_amount.quantize(Decimal("0.01"))
+        data = customers.personal_data(receiver)  # read once: limits and the payee
         limits.reserve(customer=receiver, transaction_id=transaction_id, kind="receive",
-                       amount_inr=amount_out, identity=customers.payout_identity(
-                           customers.personal_data(receiver)) or receiver.id)
+                       amount_inr=amount_out,
+                       identity=customers.payout_identity(data) or receiver.id)
     except (Refused, quotes.QuoteRefused, limits.LimitReached) as exc:
         limits.release(transaction_id)
         return _reject(transaction_id, str(exc))
-    beneficiary = _beneficiary(receiver)
+    beneficiary = _beneficiary(data)
     try:
         contact_id, fund_account_id = provider().register_beneficiary(
             beneficiary=beneficiary, reference=transaction_id)
