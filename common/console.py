@@ -70,9 +70,13 @@ def clean_note(note: str) -> str:
     return note[:2000]
 
 
+AUTOMATIC = "corridor (automatic)"
+
+
 def operator_name(operator) -> str:
-    """The name an audit row records for ``operator`` (a user)."""
-    return operator.get_username()
+    """The name an audit row records for ``operator`` (a user; None: Corridor itself,
+    for an action its own rules take, such as an inbound remittance's refund)."""
+    return AUTOMATIC if operator is None else operator.get_username()
 
 
 # --- admin ------------------------------------------------------------------------

@@ -140,28 +140,37 @@ def withdrawal_figures(sandbox, ids: list[str]) -> Figures:
 
 def inbound_figures(sandbox, ids: list[str]) -> Figures:
     """SEP-31 remittances sent in (payouts/receive.py): each in exactly one final group
-    -- ``completed`` (INR paid, AP completed), ``refunded`` (AP refunded), ``review``
-    (a person decides: request or payout in review, failed or reversed), ``rejected``
-    (refused before any USDC: AP error, no payout), or ``processing`` (the provider has
-    not settled the payout yet; the stranded check owns it) -- and at most one RazorpayX
-    payout per transaction."""
+    -- ``completed`` (INR paid, AP completed), ``refunded`` (the USDC went back on chain
+    to the sending anchor: Corridor's refund completed, AP ``refunded``, or ``error``
+    naming the refund of a short payment), ``review`` (a person decides: request or
+    payout in review, failed or reversed), ``rejected`` (refused before any USDC: AP
+    error, no payout), or ``processing`` (the provider has not settled the payout yet, or
+    the refund outbox has not finished; the stranded check owns both) -- at most one
+    RazorpayX payout per transaction, and never both INR paid and the USDC refunded."""
     from anchor import platform
-    from payouts.models import WithdrawalPayout, WithdrawalRequest
+    from payouts.models import WithdrawalPayout, WithdrawalRefund, WithdrawalRequest
 
     out = Figures(counts={"inbound": len(ids), "inbound_completed": 0, "inbound_refunded": 0,
                           "inbound_review": 0, "inbound_rejected": 0, "inbound_processing": 0,
                           "double_payouts_inbound": 0})
     made_per_id = _payouts_made(sandbox, ids, out, key="double_payouts_inbound",
                                 what="inbound")
+    paid = {p["reference_id"] for p in sandbox.http.get("/razorpay/sandbox/payouts").json()[
+        "payouts"] if p["status"] == "processed"}
     for transaction_id in ids:
         made = made_per_id[transaction_id]
         payout = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
         request = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
+        refund = WithdrawalRefund.objects.filter(transaction_id=transaction_id).first()
         ap = (platform.get_transaction(transaction_id) or {}).get("status")
-        if payout is not None and payout.status == "completed" and ap == "completed":
-            out.add("inbound_completed")
-        elif ap == "refunded":
+        if refund is not None and transaction_id in paid:
+            out.violations.append(f"inbound {transaction_id}: INR paid and the USDC refunded")
+        if refund is not None and refund.status == "completed":
             out.add("inbound_refunded")
+        elif refund is not None and refund.status != "manual_review":
+            out.add("inbound_processing")  # the refund sweep finishes it
+        elif payout is not None and payout.status == "completed" and ap == "completed":
+            out.add("inbound_completed")
         elif (request is not None and request.status == "manual_review") or (
                 payout is not None and payout.status in ("manual_review", "failed",
                                                          "reversed")):

@@ -44,7 +44,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from anchor import pii, platform, stellar
+from anchor import limits, pii, platform, stellar
 from anchor import razorpay as rzp
 from anchor.models import ApTransactionEvent, DepositOrder, DepositPayment
 from common.console import (
@@ -365,7 +365,11 @@ def _new_attempt_check(payout_id: int) -> _AttemptCheck:
     if WithdrawalRefund.objects.filter(transaction_id=payout.transaction_id).exists():
         raise OperationRefused("a refund of this withdrawal was started")
     ap_status = _ap_read(payout.transaction_id).get("status")
-    if ap_status not in ("pending_anchor", "pending_external"):
+    request = WithdrawalRequest.objects.filter(transaction_id=payout.transaction_id).first()
+    payable = ("pending_anchor", "pending_external")
+    if request is not None and request.kind == WithdrawalRequest.Kind.RECEIVE:
+        payable = ("pending_receiver", "pending_external")  # SEP31-RECEIVE.md §3.2
+    if ap_status not in payable:
         raise OperationRefused(f"AP shows the withdrawal {ap_status}: it can no longer be "
                                "completed with a payout")
     return _AttemptCheck(payout, latest, ap_status)
@@ -625,13 +629,17 @@ class _RefundCheck:
 
 def _refund_check(request_id: int) -> _RefundCheck:
     """When the USDC may go back: no INR was paid for it (no payout, or a ``failed``
-    payout whose every provider payout failed, asked now), the request is waiting for a
-    person (``manual_review``) or its payout failed, and every USDC receipt under its
-    memo came from one sender. AP must be able to record a refund: ``pending_anchor``
-    with funds received (``notify_refund_sent``), or ``pending_external``
-    (``notify_refund_pending`` moves it to ``pending_anchor`` first); AP NOTES §1.5-1.6.
+    payout whose every provider payout failed, asked now; for a SEP-31 receive also a
+    ``reversed`` one: the bank sent the rupees back), the request is waiting for a person
+    (``manual_review``) or its payout failed, and every USDC receipt under its memo came
+    from one sender. AP must be able to record a refund: for a withdrawal
+    ``pending_anchor`` with funds received (``notify_refund_sent``), or
+    ``pending_external`` (``notify_refund_pending`` moves it to ``pending_anchor`` first;
+    AP NOTES §1.5-1.6); for a receive one of ``RECEIVE_REFUNDABLE`` with the funds seen by
+    AP (payouts/refunds.py moves it; SEP31-RECEIVE.md §3.2, §4 step 4).
     """
     request = _request(request_id)
+    receive = request.kind == WithdrawalRequest.Kind.RECEIVE
     if WithdrawalRefund.objects.filter(transaction_id=request.transaction_id).exists():
         raise OperationRefused("a refund exists already")
     payout = WithdrawalPayout.objects.filter(transaction_id=request.transaction_id).first()
@@ -641,10 +649,12 @@ def _refund_check(request_id: int) -> _RefundCheck:
             raise OperationRefused(f"withdrawal is {request.status} with no payout; only one "
                                    "in manual_review, or one whose payout failed, is refunded")
     else:
-        if payout.status != P.FAILED:
+        ended = (P.FAILED, P.REVERSED) if receive else (P.FAILED,)
+        if payout.status not in ended:
             raise OperationRefused(f"its payout is {payout.status}: INR may have been paid")
         found = _provider_view(payout.transaction_id)
-        live = [p for p in found if p.status not in guard.provider().failed_statuses]
+        back = {*guard.provider().failed_statuses, *(("reversed",) if receive else ())}
+        live = [p for p in found if p.status not in back]
         if live:
             raise OperationRefused("the provider still holds " + ", ".join(
                 f"{p.payout_id} ({p.status})" for p in live))
@@ -668,7 +678,9 @@ def _refund_check(request_id: int) -> _RefundCheck:
         raise OperationRefused(f"the USDC came from {len(senders)} senders: "
                                + ", ".join(sorted(senders)))
     ap_tx = _ap_read(request.transaction_id)
-    if ap_tx.get("status") not in ("pending_anchor", "pending_external"):
+    if receive:
+        _receive_refundable(ap_tx)
+    elif ap_tx.get("status") not in ("pending_anchor", "pending_external"):
         raise OperationRefused(f"AP shows the withdrawal {ap_tx.get('status')}; AP records a "
                                "refund only from pending_anchor (funds received) or "
                                "pending_external")
@@ -680,6 +692,30 @@ def _refund_check(request_id: int) -> _RefundCheck:
     if amount <= 0:
         raise OperationRefused("every USDC under this memo was sent back already")
     return _RefundCheck(request, payout, usdc, amount, senders.pop(), ap_tx, provider)
+
+
+# AP statuses of a SEP-31 receive whose refund AP can be brought to record
+# (SEP31-RECEIVE.md §3.2): ``notify_refund_sent`` from ``pending_receiver``; from the
+# others ``notify_transaction_error`` (unless ``error``/``expired`` already), then
+# ``notify_transaction_recovery`` (funds received) -> ``pending_receiver`` first
+# (payouts/refunds.py). ``pending_sender``: AP's observer missed the USDC our receipts
+# hold, so AP is told of it first (``notify_onchain_funds_received``). ``completed`` (a
+# reversal after AP was told): the USDC goes back on chain and AP keeps ``completed``
+# (no RPC leaves it).
+RECEIVE_REFUNDABLE = ("pending_sender", "pending_receiver", "pending_external",
+                      "pending_customer_info_update", "error", "expired", "completed")
+
+
+def _receive_refundable(ap_tx: dict) -> None:
+    status = ap_tx.get("status")
+    if status not in RECEIVE_REFUNDABLE:
+        raise OperationRefused(f"AP shows the remittance {status}; a refund is recorded only "
+                               "from " + ", ".join(RECEIVE_REFUNDABLE))
+    if status in ("error", "expired") and not ap_tx.get("transfer_received_at"):
+        raise OperationRefused(
+            f"AP shows the remittance {status} without the USDC received "
+            "(transfer_received_at): it cannot record a refund; refund the receipt itself "
+            "from the receipts queue")
 
 
 def withdrawal_refund_preview(*, request_id: int) -> Preview:
@@ -721,19 +757,22 @@ def withdrawal_refund_preview(*, request_id: int) -> Preview:
 
 
 def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> WithdrawalRefund:
-    """Send the USDC a withdrawal received back to its sender, from the distribution
-    account, and record it in AP (``notify_refund_sent``, refund id = the Stellar hash,
-    fee 0; AP NOTES §1.5). An outbox like the deposit release (DESIGN.md §4): one
-    commit stores the signed envelope, its hash and the audit row (``withdrawal_refunds``
-    unique per withdrawal), then the refund outbox (``payouts.refunds``) submits the
-    envelope and tells AP; its beat sweep finishes whatever this call leaves open.
+    """Send the USDC a withdrawal (or a SEP-31 receive) received back to its sender, from
+    the distribution account, and record it in AP (``notify_refund_sent``, refund id = the
+    Stellar hash, fee 0; AP NOTES §1.5; for a receive payouts/refunds.py brings AP to
+    ``pending_receiver`` first, SEP31-RECEIVE.md §4 step 4). An outbox like the deposit
+    release (DESIGN.md §4): one commit stores the signed envelope, its hash and the audit
+    row (``withdrawal_refunds`` unique per withdrawal), then the refund outbox
+    (``payouts.refunds``) submits the envelope and tells AP; its beat sweep finishes
+    whatever this call leaves open.
 
     Idempotent per withdrawal: a repeat finds the stored refund and drives the same
     envelope (a new one only once the stored one is provably dead), never a second
     payment, with its own audit row (``withdrawal.refund_resumed``); a completed refund
     is refused. Money: pays the USDC received under the
-    withdrawal's memo (Decimal, 7 dp) back to its single sender; the request stays in
-    ``manual_review`` so the poller never pays INR for it. The envelope's channel and
+    withdrawal's memo (Decimal, 7 dp) back to its single sender (a receive: to AP's
+    ``refund_memo``, which AP 4.3.0 sets to the payment memo, §3.3); the request stays
+    in ``manual_review`` so the poller never pays INR for it. The envelope's channel and
     sequence are leased in the claim transaction, as the release outbox leases them.
     Raises OperationRefused."""
     require_permission(operator, "payouts.refund_withdrawal")
@@ -749,8 +788,32 @@ def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> Withd
                    detail={"status": existing.status, "tx_hash": existing.tx_hash,
                            "last_error": existing.last_error})
         return refunds.refund_drive(refund_id=existing.pk, resumed=True)
+    return _refund_store(request_id, operator=operator, note=note, event="withdrawal.refund")
+
+
+def receive_refund_for_good(*, request_id: int, reason: str) -> WithdrawalRefund | None:
+    """Corridor's own refund of a SEP-31 receive whose payout failed for good (the bank
+    says the receiver's account is invalid: payouts/receive.py ``failed_for_good``): the
+    same checks, outbox and audit row as the operator's action, the audit row naming
+    Corridor (``receive.refund``). None when it is not refundable now (the refusal is
+    logged; the poller asks again) or a refund exists already."""
+    request = _request(request_id)
+    if request.kind != WithdrawalRequest.Kind.RECEIVE or WithdrawalRefund.objects.filter(
+            transaction_id=request.transaction_id).exists():
+        return None
+    try:
+        return _refund_store(request_id, operator=None, note=reason[:2000],
+                             event="receive.refund")
+    except OperationRefused as exc:
+        log.info("SEP-31 %s: no refund yet: %s", request.transaction_id, exc)
+        return None
+
+
+def _refund_store(request_id: int, *, operator, note: str, event: str) -> WithdrawalRefund:
     check = _refund_check(request_id)
-    if check.ap_tx["status"] == "pending_external":
+    request = check.request
+    receive = request.kind == WithdrawalRequest.Kind.RECEIVE
+    if not receive and check.ap_tx["status"] == "pending_external":
         try:
             platform.rpc_once("notify_refund_pending",
                               {"transaction_id": request.transaction_id},
@@ -766,9 +829,15 @@ def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> Withd
             payout = WithdrawalPayout.objects.select_for_update().filter(
                 transaction_id=current.transaction_id).first()
             if (payout is None and current.status != R.MANUAL_REVIEW) or (
-                    payout is not None and payout.status != P.FAILED) or (
-                    (payout is None) != (check.payout is None)):
+                    (payout is None) != (check.payout is None)) or (
+                    payout is not None and payout.status != check.payout.status):
                 raise OperationRefused("the withdrawal changed since it was checked")
+            if receive and current.status != R.MANUAL_REVIEW:
+                # A receive whose payout failed: the poller never pays a request in
+                # review, and the refund it now has refuses any new attempt.
+                WithdrawalRequest.objects.filter(pk=current.pk).update(
+                    status=R.MANUAL_REVIEW, review_reason=f"refunded on chain: {note}"[:2000],
+                    updated_at=timezone.now())
             # The receipts it sends back: locked, none refunded on its own meanwhile,
             # then settled with this refund (they leave the receipt queue).
             locked = list(StellarReceipt.objects.select_for_update().filter(
@@ -788,7 +857,7 @@ def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> Withd
                 destination=check.destination, amount=check.amount, memo=memo,
                 memo_type=memo_type, **prepared)
             _event(transaction_id=current.transaction_id, request=current, payout=payout,
-                   event="withdrawal.refund", operator=operator, note=note,
+                   event=event, operator=operator, note=note,
                    detail={"amount": format(check.amount, "f"),
                            "destination": check.destination, "tx_hash": refund.tx_hash,
                            "receipts": [r.tx_hash for r in check.receipts],
@@ -797,7 +866,9 @@ def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> Withd
         raise OperationRefused("a refund exists already") from exc
     except (stellar.NoChannelFree, stellar.HorizonUnavailable, ValueError) as exc:
         raise OperationRefused(f"no refund envelope could be built now: {exc}") from exc
-    log.info("withdrawal %s: refund %s stored by %s", request.transaction_id, refund.tx_hash,
+    if receive:
+        limits.release(current.transaction_id)  # no INR moves for it: off the limits
+    log.info("withdrawal %s: refund %s stored by %s", current.transaction_id, refund.tx_hash,
              operator_name(operator))
     return refunds.refund_drive(refund_id=refund.pk, resumed=False)
 

@@ -21,7 +21,7 @@ from structlog.contextvars import bound_contextvars
 
 from anchor import platform, stellar
 from anchor import razorpay as rzp
-from payouts import guard, receipts, receive
+from payouts import guard, operations, receipts, receive
 from payouts.models import PAYOUT_POLL_OPEN, WithdrawalPayout, WithdrawalRequest
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,13 @@ def receive_process(*, ap_tx: dict) -> str:
         return receive.decide(ap_tx=ap_tx)
     if receive.expire_if_due(request, ap_tx):
         return "expired"
-    return withdrawal_process(ap_tx=ap_tx)
+    outcome = withdrawal_process(ap_tx=ap_tx)
+    if outcome in ("payout_failed", "manual_review"):
+        request.refresh_from_db()
+        why = receive.failed_for_good(request)
+        if why and operations.receive_refund_for_good(request_id=request.pk, reason=why):
+            return "refunding"
+    return outcome
 
 
 def withdrawal_process(*, ap_tx: dict) -> str:

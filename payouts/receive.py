@@ -31,9 +31,16 @@ A transaction still ``pending_sender`` when its quote expires is expired at AP
 (anchor/limits.py identities): the same bank account under a new memo, or a customer
 deleted and registered again, meets the same limits and the same rejection.
 
+A remittance whose payout can never succeed (``failed_for_good``: the bank says the
+receiver's account is invalid, closed or frozen, at validation or at payout) is refunded
+in full to the SA on chain by Corridor itself (``operations.receive_refund_for_good``,
+the withdrawal refund outbox; AP is moved error -> recovery -> ``notify_refund_sent``,
+payouts/refunds.py). Every other refusal (a name mismatch, a short payment, a late one, a
+transient bank failure, a reversal) waits for a person, who pays again (a new attempt)
+or refunds the same way.
+
 Every step is idempotent: a repeated call re-reads AP and the row and does only what is
-missing. Left for later (issue 12 §3): the on-chain refund to the SA of a payout that
-failed for good (AP's error -> recovery -> ``notify_refund_sent`` path).
+missing.
 """
 
 from __future__ import annotations
@@ -51,13 +58,22 @@ from anchor import razorpay as rzp
 from anchor.models import Customer, FirmQuote
 from payouts import receipts
 from payouts.guard import provider
-from payouts.models import WithdrawalRequest
+from payouts.models import FundAccountValidation, WithdrawalPayout, WithdrawalRequest
 from payouts.providers.base import Beneficiary, ProviderError
 
 log = logging.getLogger(__name__)
 INR = "iso4217:INR"
 AP_STATUSES = ["pending_receiver", "pending_sender", "pending_customer_info_update",
                "pending_external"]
+
+
+# RazorpayX ``status_details.reason`` values that say the receiver's account itself cannot
+# take the credit (razorpay/NOTES.md §2.6; docs errors/x/payout-status-details): paying it
+# again never succeeds. Offline banks, timeouts and our own balance are not among them.
+ACCOUNT_REFUSES = frozenset({
+    "bank_account_closed", "bank_account_frozen", "bank_account_invalid",
+    "beneficiary_account_dormant", "beneficiary_account_invalid", "beneficiary_vpa_invalid",
+    "invalid_beneficiary", "invalid_ifsc_code"})
 
 
 class Refused(Exception):
@@ -254,6 +270,30 @@ def expire_if_due(request: WithdrawalRequest, ap_tx: dict) -> bool:
         review_reason=f"quote {quote.quote_id} expired before the USDC arrived")
     limits.release(request.transaction_id)
     return True
+
+
+def failed_for_good(request: WithdrawalRequest) -> str:
+    """Why ``request``'s INR can never be paid, in words for the audit row ("" when it
+    may yet be: a person decides). Only a SEP-31 receive: its payout ``failed`` with one of
+    ``ACCOUNT_REFUSES``, or, before any payout, its fund account validation completed
+    with the account not active (payouts/beneficiaries.py)."""
+    if request.kind != WithdrawalRequest.Kind.RECEIVE:
+        return ""
+    payout = WithdrawalPayout.objects.filter(transaction_id=request.transaction_id).first()
+    if payout is None:
+        validation = FundAccountValidation.objects.filter(
+            fund_account_id=request.fund_account_id,
+            decision=FundAccountValidation.Decision.REFUSED, status="completed").first()
+        if request.status != WithdrawalRequest.Status.MANUAL_REVIEW or validation is None \
+                or validation.account_status in ("", "active"):
+            return ""
+        return (f"the receiver's bank says the account is {validation.account_status} "
+                f"(fund account validation {validation.validation_id}): refunded in full")
+    reason = payout.last_error.rsplit(":", 1)[-1].strip()
+    if payout.status != WithdrawalPayout.Status.FAILED or reason not in ACCOUNT_REFUSES:
+        return ""
+    return (f"the payout {payout.provider_payout_id or payout.transaction_id} failed at the "
+            f"receiver's bank ({reason}): refunded in full")
 
 
 def ap_status_for(request: WithdrawalRequest, sep24_status: str) -> str:

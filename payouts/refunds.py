@@ -32,7 +32,7 @@ from structlog.contextvars import bound_contextvars
 
 from anchor import envelopes, platform, stellar
 from common.locks import try_session_lock
-from payouts.models import StellarReceipt, WithdrawalRefund
+from payouts.models import StellarReceipt, WithdrawalRefund, WithdrawalRequest
 
 log = logging.getLogger(__name__)
 F = WithdrawalRefund.Status
@@ -197,12 +197,11 @@ def _notify(refund: WithdrawalRefund) -> WithdrawalRefund:
             StellarReceipt.objects.filter(pk=refund.receipt_id, settled_at__isnull=True
                                           ).update(settled_at=timezone.now())
         return WithdrawalRefund.objects.get(pk=refund.pk)
+    if refund.request is not None and refund.request.kind == WithdrawalRequest.Kind.RECEIVE:
+        return _notify_receive(refund)
     asset = f"stellar:{settings.STELLAR_USDC_CODE}:{settings.STELLAR_USDC_ISSUER}"
     tx_hash = refund.tx_hash
-
-    def reached(tx: dict) -> bool:
-        payments = (tx.get("refunds") or {}).get("payments") or []
-        return any(p.get("id") == tx_hash for p in payments)
+    reached = _recorded(tx_hash)
 
     try:
         platform.rpc_once("notify_refund_sent", {
@@ -215,6 +214,97 @@ def _notify(refund: WithdrawalRefund) -> WithdrawalRefund:
              f"the USDC is back on chain but AP refused notify_refund_sent: {exc}")
         return WithdrawalRefund.objects.get(pk=refund.pk)
     WithdrawalRefund.transition(refund.pk, F.SUBMITTED, F.COMPLETED, last_error="")
+    return WithdrawalRefund.objects.get(pk=refund.pk)
+
+
+def _recorded(tx_hash: str):
+    """``reached`` of ``notify_refund_sent``: AP's refunds name our Stellar hash."""
+    def reached(tx: dict) -> bool:
+        payments = (tx.get("refunds") or {}).get("payments") or []
+        return any(p.get("id") == tx_hash for p in payments)
+
+    return reached
+
+
+def _notify_receive(refund: WithdrawalRefund) -> WithdrawalRefund:
+    """A SEP-31 receive's refund, on chain already, recorded in AP (SEP31-RECEIVE.md
+    §3.2, §3.3, §4 step 4). AP takes ``notify_refund_sent`` only from
+    ``pending_receiver`` and only one, so from ``pending_external`` or
+    ``pending_customer_info_update`` it goes ``notify_transaction_error`` -> ``error``,
+    then ``notify_transaction_recovery`` (funds received) -> ``pending_receiver``, then
+    the refund: amount = ``amount_in`` in its asset, fee 0 in the fee asset -> ``refunded``.
+    A refund short of ``amount_in`` (the sender paid short) would leave AP in the
+    ``pending_anchor`` dead end (§3.3), so AP gets ``notify_transaction_error`` naming the
+    refund instead; one above it (an overpayment, all sent back) is recorded as
+    ``amount_in`` (AP refuses more). ``completed`` (the bank reversed a payout AP was
+    told of): no RPC leaves it; the refund is recorded here and in the audit rows. Each
+    step re-reads AP, so a drive cut between two calls goes on from where AP stands."""
+    tx_hash = refund.tx_hash
+    reached = _recorded(tx_hash)
+    ap_tx = platform.get_transaction(refund.transaction_id) or {}
+    status = ap_tx.get("status")
+    if reached(ap_tx):
+        return _done(refund, "")
+    if status == "completed":
+        return _done(refund, "AP shows the remittance completed and no RPC leaves it: the "
+                             "refund is recorded here and in the audit rows only")
+    if status == "refunded":
+        _set(refund, F.MANUAL_REVIEW, "the USDC is back on chain but AP shows the remittance "
+                                      "refunded by another refund: compare them")
+        return WithdrawalRefund.objects.get(pk=refund.pk)
+    amount_in = ap_tx.get("amount_in") or {}
+    due = Decimal(amount_in.get("amount") or "0")
+    asset = amount_in.get("asset") or \
+        f"stellar:{settings.STELLAR_USDC_CODE}:{settings.STELLAR_USDC_ISSUER}"
+    fee_asset = (ap_tx.get("fee_details") or {}).get("asset") or asset
+    sent = f"{_amount_text(refund.amount)} USDC sent back on Stellar in {tx_hash}"
+    tid = refund.transaction_id
+    try:
+        if status == "pending_sender":
+            # AP's observer missed what our receipts hold: tell it (amount_in = what
+            # arrived, the first receipt's hash), or no refund can be recorded.
+            first = StellarReceipt.objects.filter(transaction_id=tid).order_by(
+                "paging_token").first()
+            if first is None:
+                _set(refund, F.MANUAL_REVIEW, "AP never saw the USDC and no receipt of it is "
+                                              "kept: record the refund in AP by hand")
+                return WithdrawalRefund.objects.get(pk=refund.pk)
+            ap_tx = platform.rpc_once("notify_onchain_funds_received", {
+                "transaction_id": tid, "stellar_transaction_id": first.tx_hash,
+                "amount_in": {"amount": _amount_text(refund.amount)}},
+                reached=lambda tx: tx.get("status") != "pending_sender")
+            status = ap_tx.get("status")
+            due = Decimal((ap_tx.get("amount_in") or {}).get("amount") or "0")
+        if refund.amount < due:
+            if status not in ("error", "expired"):
+                platform.rpc_once("notify_transaction_error", {
+                    "transaction_id": tid,
+                    "message": f"refunded what arrived: {sent} (of {_amount_text(due)})"},
+                    reached=lambda tx: tx.get("status") in ("error", "expired"))
+            return _done(refund, f"AP takes only a full refund: {sent} of "
+                                 f"{_amount_text(due)}; AP shows error with that message")
+        if status != "pending_receiver":
+            if status not in ("error", "expired"):
+                platform.rpc_once("notify_transaction_error", {
+                    "transaction_id": tid, "message": f"the payout failed: {sent}"},
+                    reached=lambda tx: tx.get("status") in ("error", "expired"))
+            platform.rpc_once("notify_transaction_recovery", {
+                "transaction_id": tid, "message": "recording the refund"},
+                reached=lambda tx: tx.get("status") == "pending_receiver")
+        platform.rpc_once("notify_refund_sent", {
+            "transaction_id": tid,
+            "refund": {"id": tx_hash, "amount": {"amount": _amount_text(due), "asset": asset},
+                       "amount_fee": {"amount": "0", "asset": fee_asset}}}, reached=reached)
+    except platform.RpcError as exc:
+        _set(refund, F.MANUAL_REVIEW,
+             f"the USDC is back on chain but AP refused to record the refund: {exc}")
+        return WithdrawalRefund.objects.get(pk=refund.pk)
+    return _done(refund, "" if refund.amount == due else
+                 f"AP records {_amount_text(due)} USDC (amount_in) of the {sent}")
+
+
+def _done(refund: WithdrawalRefund, note: str) -> WithdrawalRefund:
+    WithdrawalRefund.transition(refund.pk, F.SUBMITTED, F.COMPLETED, last_error=note[:2000])
     return WithdrawalRefund.objects.get(pk=refund.pk)
 
 

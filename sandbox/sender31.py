@@ -255,6 +255,21 @@ class SendingAnchor:
                 raise SenderError(f"{txn['id']}: payment refused: {exc}") from exc
         return hashes
 
+    def received(self, memo: str) -> list[dict]:
+        """USDC payments into the SA's account whose transaction carries the id memo
+        ``memo``, newest first: what a receiving anchor sent back (its refund carries the
+        refund memo, which AP 4.3.0 sets to the payment's memo, SEP31-RECEIVE.md §3.3).
+        Each: ``hash``, ``from``, ``amount`` (Decimal). Raises SenderError."""
+        records = self._checked(self.http.get(
+            f"/horizon/accounts/{self.account}/payments",
+            params={"order": "desc", "limit": 200, "join": "transactions"}),
+            "GET payments")["_embedded"]["records"]
+        return [{"hash": r["transaction_hash"], "from": r["from"],
+                 "amount": Decimal(r["amount"])} for r in records
+                if r.get("type") == "payment" and r.get("to") == self.account
+                and r.get("asset_code") == "USDC"
+                and (r.get("transaction") or {}).get("memo") == str(memo)]
+
     # ------------------------------------------------------------------ the whole path
 
     def start(self, *, amount: str = "100", sender_fields: dict | None = None,

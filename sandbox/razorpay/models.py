@@ -293,6 +293,9 @@ class ValidationAccount(models.Model):
 
     ``registered_name`` null: derived as above. ``status``: ``completed`` | ``failed``.
     ``pending_s``: seconds the validation stays ``created`` before it ends.
+    ``payout_failure``: a status_details reason (``payouts.REASONS``) with which every
+    payout to this account fails at settle time (an account that validates but then
+    refuses credits, e.g. frozen after the penny drop); null: payouts settle normally.
     """
 
     key = models.CharField(primary_key=True, max_length=256)
@@ -300,6 +303,7 @@ class ValidationAccount(models.Model):
     account_status = models.CharField(max_length=10, default="active")
     status = models.CharField(max_length=10, default="completed")
     pending_s = models.FloatField(default=0.0)
+    payout_failure = models.CharField(max_length=40, null=True)
     created_ts = models.DateTimeField()
 
     class Meta:

@@ -49,6 +49,11 @@ Fault switches (``POST /sandbox/faults {"name", "times", "params"}``), taken onc
 - ``razorpayx.webhook_lose``: the payout's webhooks are recorded but never sent (a later
   dashboard replay, ``POST /razorpay/sandbox/webhooks/redeliver``, still works).
 
+A payout to a beneficiary account the sandbox's "bank" was told refuses credits
+(``payout_failure`` in ``POST /razorpay/sandbox/fund_accounts/validations/accounts``)
+fails at settle time with that reason, as ``razorpayx.fail_payout`` would, whichever payout
+it is (tests running side by side each choose their own accounts).
+
 Read faults:
 
 - ``razorpayx.payout_fetch_5xx`` (taken once per call, so ``times: null`` is an outage
@@ -650,6 +655,15 @@ def _take_faults() -> dict:
     return flags
 
 
+def _account_failure(fund_account: FundAccount) -> str | None:
+    """The reason every payout to this beneficiary account fails with, as the sandbox's
+    "bank" was told (``ValidationAccount.payout_failure``, sandbox/razorpay/validations.py),
+    or None."""
+    key = fund_account.details.get("address") or fund_account.details.get("account_number")
+    return (ValidationAccount.objects.using(DB).filter(pk=key)
+            .values_list("payout_failure", flat=True).first())
+
+
 def _claim(key: str, request_hash: str) -> PayoutIdempotencyKey | None:
     """Claim ``key`` for this request (committed at once). Returns None when claimed, or the
     existing claim of an earlier request. An in-flight claim that never got its payout and
@@ -714,6 +728,9 @@ def create_payout(*, idempotency_key: str | None, data) -> JsonResponse:
         fees, tax = fee_and_tax(fields["mode"])
         with transaction.atomic(using=DB):
             flags = _take_faults()
+            failure = _account_failure(fund_account)
+            if failure and "fail" not in flags:
+                flags["fail"] = {"reason": failure}
             payout = Payout(
                 id=new_id("pout_"), fund_account=fund_account, idempotency_key=key,
                 status="processing", fees=fees, tax=tax,

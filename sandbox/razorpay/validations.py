@@ -29,7 +29,9 @@ other's choice): ``POST /razorpay/sandbox/fund_accounts/validations/accounts`` w
 ``{"account_number": ...} | {"vpa": ...}`` and ``registered_name`` (null: derived),
 ``account_status`` (``active`` | ``invalid``), ``status`` (``completed`` | ``failed``),
 ``pending_s`` (seconds spent ``created`` first; 0: the create answers the ending at once, as
-"most complete instantly", FAQ Q9). Without a row: ``active``, at once, registered name =
+"most complete instantly", FAQ Q9), ``payout_failure`` (a ``status_details`` reason: every
+payout to the account fails with it at settle time, an account that validates and then
+refuses the credit). Without a row: ``active``, at once, registered name =
 the bank account's holder name, or the contact's name for a VPA.
 
 Fees: the docs say every validation is charged and the charge reversed when ``failed``,
@@ -65,6 +67,7 @@ COMPOSITE_FIELDS = {"source_account_number", "validation_type", "reference_id", 
                     "fund_account"}
 COMPOSITE_FUND_ACCOUNT_FIELDS = {"account_type", "bank_account", "vpa", "contact"}
 ACCOUNT_FIELDS = {"account_number", "vpa", "registered_name", "account_status", "status",
+                  "payout_failure",
                   "pending_s"}
 DETAILS = {  # results.details (the active one quoted from the webhook sample)
     "active": "The beneficiary account is valid.",
@@ -380,10 +383,15 @@ def set_account(*, data) -> dict:
             or not 0 <= pending_s <= MAX_PENDING_S):
         raise x_error(f"pending_s must be a number from 0 to {MAX_PENDING_S:g} (sandbox)",
                       "pending_s")
+    payout_failure = data.get("payout_failure")
+    if payout_failure is not None and payout_failure not in payouts.REASONS:
+        raise x_error("payout_failure must be null or a status_details reason (sandbox)",
+                      "payout_failure")
     row, _ = ValidationAccount.objects.using(DB).update_or_create(
         key=key, defaults={"registered_name": name, "account_status": account_status,
                            "status": status, "pending_s": float(pending_s),
-                           "created_ts": timezone.now()})
+                           "payout_failure": payout_failure, "created_ts": timezone.now()})
     return {"key": row.key, "registered_name": row.registered_name,
             "account_status": row.account_status, "status": row.status,
-            "pending_s": row.pending_s}
+            "pending_s": row.pending_s, "payout_failure": row.payout_failure}
+

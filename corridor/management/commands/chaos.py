@@ -613,8 +613,14 @@ class _Campaign:
 
         i = int(name.rsplit("-", 1)[1])
         anchor = SendingAnchor(self.sandbox.url)
+        account = f"7{seed:06d}{i:04d}{attempt:02d}"
+        if i % 2 == 1:  # the bank refuses the credit: Corridor refunds the USDC itself
+            self.sandbox.http.post("/razorpay/sandbox/fund_accounts/validations/accounts",
+                                   json={"account_number": account,
+                                         "payout_failure": "bank_account_invalid"}
+                                   ).raise_for_status()
         started = anchor.start(amount=f"{20 + i}.5", receiver_fields={
-            **RECEIVER_FIELDS, "bank_account_number": f"7{seed:06d}{i:04d}{attempt:02d}"})
+            **RECEIVER_FIELDS, "bank_account_number": account})
         with self.lock:
             self.inbound.append(started.transaction_id)
 
@@ -652,7 +658,7 @@ class _Campaign:
     def _open_items(self) -> list[str]:
         from anchor import platform
         from anchor.models import DepositRelease
-        from payouts.models import WithdrawalPayout, WithdrawalRequest
+        from payouts.models import WithdrawalPayout, WithdrawalRefund, WithdrawalRequest
         from sagas.models import Saga
 
         open_items = []
@@ -682,7 +688,12 @@ class _Campaign:
         for transaction_id in self.inbound:
             payout = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
             request = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
+            refund = WithdrawalRefund.objects.filter(transaction_id=transaction_id).first()
             ap_status = (platform.get_transaction(transaction_id) or {}).get("status")
+            if refund is not None:
+                if refund.status in ("submitting", "submitted"):
+                    open_items.append(f"inbound {transaction_id}: refund {refund.status}")
+                continue
             if ap_status in ("error", "refunded", "completed") and (
                     payout is None or payout.ap_completed_at or payout.status != "completed"):
                 continue
@@ -797,6 +808,7 @@ class _Campaign:
                  f"double_payments={total('double_payments') + total('stray_payments')} "
                  f"double_payouts={total('double_payouts')} stranded={total('stranded')} "
                  f"inbound={total('inbound')} inbound_completed={total('inbound_completed')} "
+                 f"inbound_refunded={total('inbound_refunded')} "
                  f"inbound_review={total('inbound_review')} "
                  f"inbound_rejected={total('inbound_rejected')} "
                  f"inbound_processing={total('inbound_processing')} "

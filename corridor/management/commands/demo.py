@@ -319,8 +319,11 @@ class _Demo:
         about one in five receivers registered without the IFSC (AP waits in
         ``pending_customer_info_update`` until the anchor adds it), one in five whose
         bank's registered name differs from the KYC name (fund account validation sends
-        it to a person), one in five paid short by the anchor (held for review). Returns
-        the summary keys; every remittance is in exactly one final group
+        it to a person, and the demo's operator rejects it: the USDC is refunded on
+        chain), one in five paid short by the anchor (held for review), one in five whose
+        account validates but whose bank then refuses the credit (the payout fails with
+        ``bank_account_invalid`` and Corridor refunds the USDC by itself). Returns the
+        summary keys; every remittance is in exactly one final group
         (``corridor.invariants.inbound_figures``)."""
         from corridor import invariants
         from sandbox.sender31 import RECEIVER_FIELDS, Payment, SendingAnchor
@@ -341,6 +344,11 @@ class _Demo:
                 sandbox.http.post("/razorpay/sandbox/fund_accounts/validations/accounts",
                                   json={"account_number": account,
                                         "registered_name": "Rahul Mehta"}).raise_for_status()
+            if i % 5 == 4:
+                sandbox.http.post("/razorpay/sandbox/fund_accounts/validations/accounts",
+                                  json={"account_number": account,
+                                        "payout_failure": "bank_account_invalid"}
+                                  ).raise_for_status()
             with lock:  # one Stellar sequence for the anchor's account
                 started = sa.start(amount=f"{20 + i}.5", receiver_fields=fields)
             if i % 5 == 1:
@@ -359,10 +367,13 @@ class _Demo:
         with ThreadPoolExecutor(max_workers=5) as pool:
             ids = list(pool.map(one, range(n)))
         self.say(f"demo: {n} SEP-31 remittances sent in and paid on chain; waiting\n")
+        mismatched = ids[2::5]
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
+            self._operator_rejects_mismatches(mismatched)
             figures = invariants.inbound_figures(sandbox, ids)
-            if not figures.violations and not figures.counts["inbound_processing"]:
+            if not figures.violations and not figures.counts["inbound_processing"] and \
+                    not self._mismatches_waiting(mismatched):
                 break
             time.sleep(2)
         self._report(figures)
@@ -372,6 +383,38 @@ class _Demo:
                 f"inbound_review={c['inbound_review']} "
                 f"inbound_rejected={c['inbound_rejected']} "
                 f"double_payouts_inbound={c['double_payouts_inbound']}")
+
+    @staticmethod
+    def _mismatches_waiting(ids: list[str]):
+        from payouts.models import WithdrawalRefund, WithdrawalRequest
+
+        return (WithdrawalRequest.objects.filter(
+            transaction_id__in=ids, status="manual_review",
+            review_reason__contains="name mismatch")
+            .exclude(transaction_id__in=WithdrawalRefund.objects.values("transaction_id")))
+
+    def _operator_rejects_mismatches(self, ids: list[str]) -> None:
+        """The demo's operator, through the same service as the admin action, refunds
+        each remittance held for a registered-name mismatch (a person's call)."""
+        from django.contrib.auth.models import Group, User
+
+        from common.console import OperationRefused
+        from payouts import operations
+
+        waiting = list(self._mismatches_waiting(ids))
+        if not waiting:
+            return
+        operator, created = User.objects.get_or_create(username="demo-operator",
+                                                       defaults={"is_staff": True})
+        if created:
+            operator.groups.add(Group.objects.get(name="operators"))
+        for request in waiting:
+            try:
+                operations.withdrawal_refund_on_chain(
+                    request_id=request.pk, operator=User.objects.get(pk=operator.pk),
+                    note="demo: the bank's registered name is not the receiver's; refund")
+            except OperationRefused as exc:
+                self.say(f"demo: refund of {request.transaction_id} refused: {exc}\n")
 
     def _worker_argv(self, name: str, concurrency: int) -> list[str]:
         return [sys.executable, "-m", "celery", "-A", "corridor", "worker", "--pool", "threads",
