@@ -53,6 +53,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
 from django.utils import timezone
+from stellar_sdk import StrKey
 
 from anchor import pii
 from anchor.models import Customer, CustomerDenial, CustomerEvent, CustomerFile
@@ -228,6 +229,24 @@ def _memo(params: dict) -> tuple[str, str]:
     return memo, memo_type
 
 
+def _account(params: dict) -> str:
+    """The SEP-10 ``account`` of a callback ("" if absent: AP's own look-ups, such as
+    ``GET ?id=&transaction_id=`` after ``notify_customer_info_updated``, carry none).
+    Raises CustomerInputError unless it is a Stellar account, G... or muxed M... (SEP-12
+    ``account``: "The Stellar account ID of the customer")."""
+    account = _text(params, "account", 69)
+    if account and not (StrKey.is_valid_ed25519_public_key(account)
+                        or StrKey.is_valid_med25519_public_key(account)):
+        raise CustomerInputError("account must be a Stellar account (G... or M...)")
+    return account
+
+
+def account_of(params) -> str:
+    """``_account`` of a query dict (``DELETE ?account=``: AP sends none, a caller that
+    does is held to it). Raises CustomerInputError."""
+    return _account({k: params.get(k) for k in ("account",) if k in params})
+
+
 def _owned(customer_id: str, account: str) -> Customer:
     customer = Customer.objects.filter(pk=customer_id, deleted_at__isnull=True).first()
     if customer is None or (account and customer.account != account):
@@ -239,7 +258,7 @@ def find(params: dict) -> Customer | None:
     """The live customer named by ``params`` (``id``, or ``account`` + ``memo`` +
     ``memo_type`` [+ ``type``]); None if there is none yet. Raises CustomerInputError
     (404 for an ``id`` that is unknown, deleted or another account's)."""
-    customer_id, account = _text(params, "id", 40), _text(params, "account", 69)
+    customer_id, account = _text(params, "id", 40), _account(params)
     if customer_id:
         return _owned(customer_id, account)
     if not account:
@@ -256,7 +275,10 @@ def find(params: dict) -> Customer | None:
 def get(params: dict) -> Answer:
     """``GET /customer``: the customer's status and fields, or for one not registered
     yet ``NEEDS_INFO`` with the fields its type needs (SEP-12). Raises
-    CustomerInputError."""
+    CustomerInputError (400 when the request names nobody: neither ``id`` nor
+    ``account``, which AP always fills from the SEP-10 token)."""
+    if not _text(params, "id", 40) and not _account(params):
+        raise CustomerInputError("id or account is required")
     customer = find(params)
     kind = _type(params, default=None)
     if customer is None:
@@ -468,7 +490,7 @@ def put(body: dict, uploads: list[Upload] = ()) -> Customer:
         if name in body and body[name] is not None:
             values[name] = _value(name, body[name])
     files = {u.name: (u, _sniff(u)) for u in uploads}
-    account = _text(body, "account", 69)
+    account = _account(body)
     customer_id = _text(body, "id", 40)
     memo, memo_type = _memo(body)
     kind = _type(body, default=None)

@@ -53,6 +53,25 @@ def _bad_constant(name: str):
     raise InboundError(f"{name} is not JSON")
 
 
+def read_body(request, *, max_bytes: int = MAX_BODY_BYTES) -> bytes:
+    """The raw body of a Django ``request``, at most ``max_bytes`` + 1 bytes of it: a
+    longer one is cut there (never read further, never held whole), so ``too_large``
+    tells it and :func:`loads` refuses it by size. Django's own
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE`` check (``RequestDataTooBig``: a bare 400, or under
+    DEBUG a page of settings) is never reached. Read once; a repeat returns the same
+    bytes."""
+    cached = getattr(request, "_corridor_body", None)
+    if cached is None:
+        cached = request.read(max_bytes + 1)
+        request._corridor_body = cached
+    return cached
+
+
+def too_large(raw: bytes, *, max_bytes: int = MAX_BODY_BYTES) -> bool:
+    """Whether a body from :func:`read_body` was over ``max_bytes``."""
+    return len(raw) > max_bytes
+
+
 def loads(raw: bytes | str, *, max_bytes: int = MAX_BODY_BYTES,
           max_depth: int = MAX_DEPTH) -> Any:
     """Decode a JSON document strictly (module docstring). ``raw``: the body, bytes

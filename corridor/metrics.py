@@ -30,7 +30,8 @@ Counted where they happen (per process; under gunicorn, gunicorn.conf.py sets
 
 - ``corridor_webhooks_total{source,outcome}``: Razorpay pay-in (``razorpay``) and
   RazorpayX payout (``razorpayx``) webhooks, by outcome (``recorded``, ``duplicate``,
-  ``invalid_signature``, ``rejected`` (signed but never storable: acknowledged, in the
+  ``invalid_signature``, ``too_large`` (a body over 1 MB: 413, unread), ``rejected``
+  (signed but never storable: acknowledged, in the
   review queue), ``processing->completed``, ...);
 - ``corridor_ap_events_total{outcome}``: AP callback events (``release_scheduled``,
   ``ignored``, ``duplicate``, ``unauthorized``, ``rejected``).

@@ -23,6 +23,7 @@ from anchor.views import (
     sep24_error,
     signed_event_rejected,
     submitting_page,
+    too_large_answer,
     webhook_outcome,
 )
 from corridor import inbound
@@ -171,7 +172,9 @@ def razorpayx_webhook(request):
     checks in ``check_payout_event``): 200 ``rejected``, for the operators."""
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
-    raw = request.body
+    raw = inbound.read_body(request)
+    if inbound.too_large(raw):
+        return webhook_outcome("razorpayx", "too_large", too_large_answer())
     if not rzp.verify_webhook(raw, request.headers.get("X-Razorpay-Signature", "")):
         return webhook_outcome("razorpayx", "invalid_signature",
                                JsonResponse({"error": "invalid signature"}, status=400))

@@ -16,6 +16,7 @@ from cryptography.fernet import Fernet
 from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.utils import timezone
+from stellar_sdk import Keypair
 
 from anchor import customers, pii
 from anchor.models import Customer, CustomerEvent, CustomerFile
@@ -25,8 +26,8 @@ from tests.flows import confirm, confirmation_page, sync_groups
 
 pytestmark = pytest.mark.django_db
 
-SA = "GBSENDINGANCHORXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX"
-OTHER_SA = "GBOTHERANCHORXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX"
+SA = Keypair.random().public_key  # two sending anchors' SEP-10 accounts
+OTHER_SA = Keypair.random().public_key
 RECEIVER = {"type": "sep31-receiver", "account": SA, "memo": "1001", "memo_type": "id",
             "first_name": "Asha", "last_name": "Verma", "bank_account_number": "50100123456789",
             "bank_number": "hdfc0001234", "tax_id": "abcde1234f", "tax_id_name": "PAN",
@@ -369,6 +370,27 @@ def test_a_customer_who_moved_money_is_sealed_until_retention_ends(client, setti
     assert row.data is None and row.erased_at
     assert [e.event for e in CustomerEvent.objects.order_by("id")] == [
         "created", "deleted", "erased"]
+
+
+def test_a_caller_naming_another_anchor_or_nobody_or_no_stellar_account_is_refused(
+        client, settings):
+    """Found by the new-user trial: ``account`` was never checked to be a Stellar
+    account (a broken multipart boundary stored ``GX\r\n--ABC--``), ``DELETE ?account=``
+    of another anchor deleted the customer, and a GET naming nobody answered ACCEPTED."""
+    created = put(client, settings, RECEIVER).json()
+
+    foreign_delete = client.delete(f"{URL}/{created['id']}?account={OTHER_SA}",
+                                   **headers(settings))
+    nobody = get(client, settings)
+    not_stellar = put(client, settings, {**RECEIVER, "account": "not-a-stellar-account",
+                                         "memo": "1002"})
+
+    assert [r.status_code for r in (foreign_delete, nobody, not_stellar)] == [404, 400, 400]
+    assert "id or account is required" in nobody.json()["error"]
+    assert "Stellar account" in not_stellar.json()["error"]
+    assert Customer.objects.filter(deleted_at__isnull=True).count() == 1
+    assert client.delete(f"{URL}/{created['id']}?account={SA}",
+                         **headers(settings)).status_code == 204
 
 
 def test_delete_of_an_unknown_id_is_a_404(client, settings):

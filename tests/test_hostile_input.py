@@ -232,6 +232,44 @@ def test_an_ap_event_releasing_an_unstorable_transaction_id_is_rejected(client, 
     assert InboundEvent.objects.get().outcome == "rejected"
 
 
+BIG = b'{"a": "' + b"x" * (3 * 1024 * 1024) + b'"}'  # over Django's 2.5 MB upload limit
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/webhooks/razorpay/payments", "/webhooks/razorpay/payouts"])
+def test_a_webhook_body_over_the_limit_is_a_413_in_json_even_under_debug(
+        client, settings, path):
+    """Found by the new-user trial: above Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) a
+    webhook got Django's own answer (under DEBUG the page listing the settings), before
+    any signature check. Now: a JSON 413, nothing stored, signed or not."""
+    settings.DEBUG = True
+    for response in (client.post(path, BIG, content_type="application/json",
+                                 HTTP_X_RAZORPAY_SIGNATURE="00"),
+                     _signed_post(client, path, BIG, settings)):
+        assert (response.status_code, response["Content-Type"]) == (413, "application/json")
+        assert "over 1000000 bytes" in response.json()["error"]
+    assert not InboundEvent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_authenticated_ap_event_over_the_limit_is_acknowledged_rejected(client, settings):
+    settings.DEBUG = True
+    response = client.post("/callbacks/event", BIG, content_type="application/json",
+                           **_ap_headers(settings))
+    assert (response.status_code, response.json()["outcome"]) == (200, "rejected")
+    assert "larger than" in InboundEvent.objects.get(outcome="rejected").reason
+
+
+@pytest.mark.django_db
+def test_a_customer_json_body_over_the_limit_is_a_400_naming_it(client, settings):
+    settings.DEBUG = True
+    response = client.put("/callbacks/customer", BIG, content_type="application/json",
+                          **_ap_headers(settings))
+    assert (response.status_code, response["Content-Type"]) == (400, "application/json")
+    assert "larger than" in response.json()["error"]
+    assert not Customer.objects.exists()
+
+
 # --- the gate's rules -----------------------------------------------------------------
 
 @pytest.mark.parametrize(("raw", "message"), [

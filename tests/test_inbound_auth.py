@@ -7,6 +7,7 @@ import time
 
 import jwt
 import pytest
+from stellar_sdk import Keypair
 
 from anchor.models import DepositPayment, InboundEvent
 
@@ -83,7 +84,8 @@ def test_api_key_auth_is_accepted(client, settings):
 @pytest.mark.django_db
 def test_customer_put_stores_sep9_fields(client, settings):
     headers = _callback_headers(settings.AP_CALLBACK_AUTH_SECRET)
-    body = {"type": "sep24-customer", "account": "GABC", "memo": "7", "memo_type": "id",
+    account = Keypair.random().public_key
+    body = {"type": "sep24-customer", "account": account, "memo": "7", "memo_type": "id",
             "first_name": "Asha", "email_address": "asha@example.com"}
     response = client.put("/callbacks/customer", json.dumps(body),
                           content_type="application/json", **headers)
@@ -92,7 +94,7 @@ def test_customer_put_stores_sep9_fields(client, settings):
     from anchor import customers
     from anchor.models import Customer
 
-    stored = Customer.objects.get(account="GABC", memo="7", type="sep24-customer")
+    stored = Customer.objects.get(account=account, memo="7", type="sep24-customer")
     assert customers.personal_data(stored) == {"first_name": "Asha",
                                                "email_address": "asha@example.com"}
 
@@ -190,6 +192,8 @@ def test_malformed_ap_events_are_acknowledged_as_rejected_once(client, settings,
 @pytest.mark.parametrize("body", [
     {"type": "sep24-customer", "account": "G" * 200},
     {"type": "sep24-customer", "account": "GABC", "first_name": "A\u0000B"},
+    {"type": "sep24-customer", "account": "not-a-stellar-account", "first_name": "Zed"},
+    {"type": "sep24-customer", "account": "GX\r\n--ABC--", "first_name": "Zed"},
 ])
 @pytest.mark.django_db
 def test_malformed_customer_puts_get_400(client, settings, body):

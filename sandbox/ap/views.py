@@ -541,12 +541,20 @@ def sender31_send_view(request):
 
 def sender31_run_view(request, transaction_id: str):
     """``GET /ap/sandbox/sender31/runs/{transaction_id}``: a triggered run's state
-    (``waiting`` | ``paid`` | ``not_paid`` | ``failed``), hashes and error."""
+    (``waiting`` | ``paid`` | ``not_paid`` | ``failed``), hashes and error, and the
+    transaction as AP holds it now (``ap_status``: ``completed``, ``refunded``, ...;
+    ``external_transaction_id``: the payout's UTR; ``refunds``)."""
     with _SENDER_LOCK:
         run = _SENDER_RUNS.get(transaction_id)
         run = dict(run) if run else None
     if run is None:
         return JsonResponse({"error": f"no run for {transaction_id[:64]}"}, status=404)
+    txn = ApTransaction.objects.filter(id=transaction_id).first()
+    if txn is not None:
+        current = platform_object(txn)
+        run.update(ap_status=current.get("status"),
+                   external_transaction_id=current.get("external_transaction_id"),
+                   refunds=current.get("refunds"), message=current.get("message"))
     return JsonResponse(run)
 
 
