@@ -68,6 +68,8 @@ def parse_form(data) -> tuple[Decimal, Beneficiary]:
     if not NAME.fullmatch(name):
         errors["name"] = "Enter the account holder's name (3-50 letters)."
     kind = data.get("method") or "bank_account"
+    if kind not in ("bank_account", "vpa"):
+        errors["method"] = "Choose a bank account or a UPI ID."
     beneficiary = Beneficiary(name=name, kind="vpa" if kind == "vpa" else "bank_account")
     if kind == "vpa":
         vpa = (data.get("vpa") or "").strip()

@@ -532,3 +532,15 @@ def test_liveness_answers_any_host_and_plain_http(client, settings):
 
     assert (live.status_code, live.json()) == (200, {"status": "ok"})
     assert ready.status_code == 400  # the host check still guards everything else
+
+
+def test_a_withdrawal_form_with_an_unknown_payout_method_is_refused():
+    """Found by the new-user trial: ``method=crypto`` was taken as a bank account."""
+    from payouts import withdrawals
+
+    form = {"amount": "10", "name": "Asha Verma", "account_number": "50100123456789",
+            "ifsc": "HDFC0001234"}
+    with pytest.raises(withdrawals.WithdrawalInputError) as refused:
+        withdrawals.parse_form({**form, "method": "crypto"})
+    assert refused.value.errors == {"method": "Choose a bank account or a UPI ID."}
+    assert withdrawals.parse_form({**form, "method": "bank_account"})[1].kind == "bank_account"
