@@ -61,6 +61,16 @@ def _paid_in(sa, remittance, payment: Payment | None = None) -> dict:
     return remittance.transaction
 
 
+def _paid_to_a_bank_that(sa, sandbox, amount: str, **bank):
+    """A remittance of ``amount`` USDC to a fresh account whose bank answers as ``bank``
+    says (``validation_account``: ``payout_failure``, ``account_status``,
+    ``registered_name``), paid in by the SA; returns (remittance, the SA's view)."""
+    account = unique_account_number()
+    validation_account(sandbox, account_number=account, **bank).raise_for_status()
+    remittance = sa.start(amount=amount, receiver_fields=_receiver(account))
+    return remittance, _paid_in(sa, remittance)
+
+
 def _assert_refunded_to_the_sender(sa, remittance, amount: Decimal) -> WithdrawalRefund:
     refund = _refund(remittance.transaction_id)
     assert refund is not None and refund.status == "completed", refund and refund.last_error
@@ -77,11 +87,8 @@ def test_a_payout_the_receivers_bank_refuses_is_refunded_in_full_and_ap_refunded
     """The account validates (penny drop) but the bank refuses the credit: the payout
     fails with ``bank_account_invalid``, Corridor refunds by itself, and AP goes
     pending_external -> error -> pending_receiver -> refunded with our hash."""
-    account = unique_account_number()
-    validation_account(clean_sandbox, account_number=account,
-                       payout_failure="bank_account_invalid").raise_for_status()
-    remittance = sa.start(amount="30", receiver_fields=_receiver(account))
-    txn = _paid_in(sa, remittance)
+    remittance, txn = _paid_to_a_bank_that(sa, clean_sandbox, "30",
+                                             payout_failure="bank_account_invalid")
 
     tx = _polled_until("refunded in AP", lambda: (ap(remittance.transaction_id)["status"]
                                                    == "refunded") and ap(
@@ -115,11 +122,8 @@ def test_a_payout_the_receivers_bank_refuses_is_refunded_in_full_and_ap_refunded
 
 def test_an_account_the_validation_finds_invalid_is_refunded_before_any_payout(
         sa, clean_sandbox):
-    account = unique_account_number()
-    validation_account(clean_sandbox, account_number=account,
-                       account_status="invalid").raise_for_status()
-    remittance = sa.start(amount="25", receiver_fields=_receiver(account))
-    txn = _paid_in(sa, remittance)
+    remittance, txn = _paid_to_a_bank_that(sa, clean_sandbox, "25",
+                                             account_status="invalid")
 
     _polled_until("refunded in AP",
                   lambda: ap(remittance.transaction_id)["status"] == "refunded")
@@ -131,11 +135,8 @@ def test_an_account_the_validation_finds_invalid_is_refunded_before_any_payout(
 
 
 def test_a_name_mismatch_waits_for_an_operator_who_refunds_it(sa, clean_sandbox):
-    account = unique_account_number()
-    validation_account(clean_sandbox, account_number=account,
-                       registered_name="Rahul Mehta").raise_for_status()
-    remittance = sa.start(amount="20", receiver_fields=_receiver(account))
-    txn = _paid_in(sa, remittance)
+    remittance, txn = _paid_to_a_bank_that(sa, clean_sandbox, "20",
+                                             registered_name="Rahul Mehta")
     request = _polled_until("the mismatch in review", lambda: WithdrawalRequest.objects.filter(
         transaction_id=remittance.transaction_id, status="manual_review").first())
     assert "name mismatch" in request.review_reason
