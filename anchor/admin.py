@@ -226,6 +226,19 @@ class CustomerAdmin(ReadOnlyAdmin):
     inlines = [CustomerFileInline, CustomerEventInline]
     actions = ["accept", "reject", "request_info"]
 
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        """The customer's page, which shows the personal data decrypted: each opening is
+        audited (``personal_data.viewed``, the operator and the path), as every other
+        use of the data is (PMLA record keeping: who saw a customer's identity, when)."""
+        if request.method == "GET":
+            customer = Customer.objects.filter(pk=object_id).first()
+            if customer is not None and customer.erased_at is None and \
+                    self.has_view_permission(request, customer):
+                CustomerEvent.objects.create(customer=customer, event="personal_data.viewed",
+                                             operator=request.user.get_username(),
+                                             detail={"path": request.path[:200]})
+        return super().change_view(request, object_id, form_url, extra_context)
+
     @admin.display(description="SEP-12 status")
     def sep12_status(self, obj: Customer) -> str:
         return "deleted" if obj.deleted_at else customers.answer(obj).status

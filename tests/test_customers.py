@@ -291,6 +291,22 @@ def test_a_reviewed_type_waits_for_a_person_who_accepts_through_the_admin(
     assert changed.json()["status"] == "PROCESSING"  # new payout data: a person again
 
 
+def test_opening_a_customer_in_the_admin_is_audited(client, settings, people):
+    """The customer page shows the personal data decrypted: who opened it, and when, is
+    kept (a review leftover of the last stop: viewing was not audited)."""
+    created = customers.put(dict(RECEIVER))
+    _, auditor = people
+    client.force_login(auditor)
+
+    page = client.get(f"/admin/anchor/customer/{created.id}/change/")
+
+    assert page.status_code == 200 and "Asha" in page.content.decode()
+    viewed = CustomerEvent.objects.get(customer=created, event="personal_data.viewed")
+    assert viewed.operator == "arun" and "/change/" in viewed.detail["path"]
+    assert client.get("/admin/anchor/customer/").status_code == 200  # the list: no row
+    assert CustomerEvent.objects.filter(event="personal_data.viewed").count() == 1
+
+
 def test_ask_for_more_then_reject_with_a_reason(client, settings, people):
     operator, auditor = people
     created = customers.put(dict(RECEIVER))
