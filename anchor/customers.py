@@ -354,7 +354,7 @@ def personal_data(customer: Customer) -> dict[str, Any]:
 # --- identity ------------------------------------------------------------------------
 
 def _hash(text: str) -> str:
-    return hmac.new(settings.SECRET_KEY.encode(), text.encode(), hashlib.sha256).hexdigest()
+    return hmac.new(settings.IDENTITY_KEY.encode(), text.encode(), hashlib.sha256).hexdigest()
 
 
 def wallet_identity(account: str, memo: str) -> str:

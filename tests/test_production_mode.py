@@ -60,6 +60,7 @@ def good_production_env() -> dict[str, str]:
         "STELLAR_HUB_SECRET": Keypair.random().secret,
         "STELLAR_CHANNEL_SECRETS": f"{Keypair.random().secret},{Keypair.random().secret}",
         "CORRIDOR_PII_KEYS": f"{Fernet.generate_key().decode()},{Fernet.generate_key().decode()}",
+        "CORRIDOR_IDENTITY_KEY": _token(),
     }
 
 

@@ -36,6 +36,7 @@ _SANDBOX_SECRET_DEFAULTS = {
     "SANDBOX_AP_SEP10_JWT_SECRET": "sandbox-sep10-secret-0123456789abcdef012345",
     # urlsafe_b64encode(sha256(b"corridor-sandbox:pii")): a Fernet key anyone can derive.
     "PII_KEY": "fmNKjC27EQlCXeXuUvFLg9mI32UAEhGx1LF7i9cD1aY=",
+    "IDENTITY_KEY": "sandbox-identity-key-0123456789abcdef012345",
 }
 SANDBOX_SECRET_VALUES = tuple(_SANDBOX_SECRET_DEFAULTS.values())
 
@@ -547,6 +548,10 @@ SECRET_SETTINGS = (
             "Stellar channel account", 56, kind="seeds", required=False),
     # Fernet keys of the customers' personal data (anchor/pii.py): 44 characters each.
     _secret("PII_KEYS", "CORRIDOR_PII_KEYS", "personal data encryption", 44, kind="keys"),
+    # HMAC key of the customers' identity hashes (anchor/customers.py: limits and
+    # rejections follow a person across customer rows); its own, so rotating the Django
+    # key does not reset every limit and rejection.
+    _secret("IDENTITY_KEY", "CORRIDOR_IDENTITY_KEY", "customer identity hashes", 32),
 )
 # Sandbox-only secrets (development.py); production never defines them.
 SANDBOX_ONLY_SECRET_SETTINGS = ("SANDBOX_AP_SEP10_JWT_SECRET", "STELLAR_CHANNEL_SEED_SECRET")
@@ -554,6 +559,10 @@ SANDBOX_ONLY_SECRET_SETTINGS = ("SANDBOX_AP_SEP10_JWT_SECRET", "STELLAR_CHANNEL_
 # --- Customers and KYC (SEP-12; anchor/customers.py) ---
 # Fernet keys of the personal data, first one encrypts (anchor/pii.py).
 PII_KEYS = env.list("CORRIDOR_PII_KEYS", default=[_SANDBOX_SECRET_DEFAULTS["PII_KEY"]])
+# Keyed hashes of PAN, payout destination and wallet account (anchor/customers.py
+# identities). Changing it makes every stored hash unknown: limits and rejections start
+# over, so it is set once per deployment.
+IDENTITY_KEY = env.str("CORRIDOR_IDENTITY_KEY", default=_SANDBOX_SECRET_DEFAULTS["IDENTITY_KEY"])
 # One uploaded file (ID photo, proof of address...): at most this many bytes; JPEG, PNG
 # or PDF by their first bytes. A whole PUT /customer body: at most CUSTOMER_BODY_MAX_BYTES.
 CUSTOMER_FILE_MAX_BYTES = env.int("CUSTOMER_FILE_MAX_BYTES", default=5 * 1024 * 1024)
