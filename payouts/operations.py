@@ -168,6 +168,7 @@ def _confirm_paid_check(payout_id: int, utr: str | None) -> _ConfirmCheck:
     if payout.status not in (P.MANUAL_REVIEW, P.REVERSED):
         raise OperationRefused(f"payout is {payout.status}; only a payout in manual_review "
                                "or reversed is confirmed by hand")
+    _refused_if_refunded(payout.transaction_id)
     if utr is not None and not UTR.match(utr):
         raise OperationRefused("a UTR is 6-35 letters or digits")
     try:
@@ -191,6 +192,17 @@ def _confirm_paid_check(payout_id: int, utr: str | None) -> _ConfirmCheck:
         raise OperationRefused("the provider reports every payout under this reference "
                                "failed: nothing was paid through it")
     return _ConfirmCheck(payout, _describe_provider(found))
+
+
+def _refused_if_refunded(transaction_id: str) -> None:
+    """A withdrawal (or SEP-31 receive, whose ``reversed`` payout may be refunded) whose
+    USDC is being or was sent back on chain is never recorded paid as well: that would be
+    INR paid and USDC refunded for one transaction."""
+    refund = WithdrawalRefund.objects.filter(transaction_id=transaction_id).first()
+    if refund is not None:
+        raise OperationRefused(f"a refund of its USDC was started ({refund.status}, "
+                               f"{refund.amount} USDC in {refund.tx_hash}): it cannot be "
+                               "recorded paid as well")
 
 
 def payout_confirm_paid_preview(*, payout_id: int) -> Preview:
@@ -229,6 +241,8 @@ def payout_confirm_paid(*, payout_id: int, utr: str, operator, note: str) -> Wit
         current = WithdrawalPayout.objects.select_for_update().get(pk=payout_id)
         if current.status != check.payout.status:
             raise OperationRefused(f"payout changed since it was checked (now {current.status})")
+        # The refund is stored under this row's lock (_refund_store): seen here if it won.
+        _refused_if_refunded(current.transaction_id)
         previous, previous_utr = current.status, current.reference
         WithdrawalPayout.transition(current.pk, previous, P.COMPLETED, require=True,
                                     reference=utr,
@@ -686,12 +700,25 @@ def _refund_check(request_id: int) -> _RefundCheck:
                                "pending_external")
     # What an operator already sent back of one of these receipts on its own (the
     # unconsumed part of an overpayment) is not sent again.
-    sent_back = sum((f.amount for f in WithdrawalRefund.objects.filter(receipt__in=usdc)),
-                    Decimal(0))
+    sent_back = _sent_back(usdc)
     amount = sum((r.amount for r in usdc), Decimal(0)) - sent_back
     if amount <= 0:
         raise OperationRefused("every USDC under this memo was sent back already")
     return _RefundCheck(request, payout, usdc, amount, senders.pop(), ap_tx, provider)
+
+
+def _sent_back(receipts_: list[StellarReceipt]) -> Decimal:
+    """USDC of ``receipts_`` their own refunds sent back on chain. Only a completed one
+    is known to have left; one still open or in manual_review may or may not land, so
+    none is counted either way: refused until it is decided (the receipt queue shows it,
+    unsettled, until then). Raises OperationRefused."""
+    own = list(WithdrawalRefund.objects.filter(receipt__in=receipts_))
+    undecided = [f for f in own if f.status != F.COMPLETED]
+    if undecided:
+        raise OperationRefused("a receipt's own refund is not finished: " + ", ".join(
+            f"{f.transaction_id} {f.status} ({f.amount} USDC)" for f in undecided)
+            + "; its USDC may or may not have left, so it is decided first")
+    return sum((f.amount for f in own), Decimal(0))
 
 
 # AP statuses of a SEP-31 receive whose refund AP can be brought to record
@@ -842,8 +869,7 @@ def _refund_store(request_id: int, *, operator, note: str, event: str) -> Withdr
             # then settled with this refund (they leave the receipt queue).
             locked = list(StellarReceipt.objects.select_for_update().filter(
                 pk__in=[r.pk for r in check.receipts]).order_by("pk"))
-            sent_back = sum((f.amount for f in WithdrawalRefund.objects.filter(
-                receipt__in=locked)), Decimal(0))
+            sent_back = _sent_back(locked)
             if sum((r.amount for r in locked), Decimal(0)) - sent_back != check.amount:
                 raise OperationRefused("a receipt of this withdrawal was refunded on its own "
                                        "since it was checked")
