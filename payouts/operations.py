@@ -238,6 +238,9 @@ def payout_confirm_paid(*, payout_id: int, utr: str, operator, note: str) -> Wit
         raise OperationRefused("the UTR is required")
     check = _confirm_paid_check(payout_id, utr)
     with transaction.atomic():
+        # Lock order of every withdrawal path: the request, then the payout (a refund
+        # being stored holds both; guard.lock_request).
+        guard.lock_request(check.payout.transaction_id)
         current = WithdrawalPayout.objects.select_for_update().get(pk=payout_id)
         if current.status != check.payout.status:
             raise OperationRefused(f"payout changed since it was checked (now {current.status})")

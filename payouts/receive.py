@@ -289,8 +289,13 @@ def failed_for_good(request: WithdrawalRequest) -> str:
             return ""
         return (f"the receiver's bank says the account is {validation.account_status} "
                 f"(fund account validation {validation.validation_id}): refunded in full")
+    # Only the provider's own words (guard: "provider failed: <reason>", "provider
+    # rejected: ..."), never an operator's note (payout_mark_failed) that happens to
+    # end in a reason; the refund itself asks RazorpayX again (operations._refund_check).
+    said = payout.last_error.startswith("provider ")
     reason = payout.last_error.rsplit(":", 1)[-1].strip()
-    if payout.status != WithdrawalPayout.Status.FAILED or reason not in ACCOUNT_REFUSES:
+    if payout.status != WithdrawalPayout.Status.FAILED or not said or \
+            reason not in ACCOUNT_REFUSES:
         return ""
     return (f"the payout {payout.provider_payout_id or payout.transaction_id} failed at the "
             f"receiver's bank ({reason}): refunded in full")

@@ -239,6 +239,12 @@ def test_a_transient_bank_failure_is_not_refunded_and_an_operator_can_pay_again(
     for _ in range(3):
         poller.poll_withdrawals()
     assert _refund(remittance.transaction_id) is None
+    # An operator's words are not the bank's (found by the attacker trial): a note that
+    # ends in a reason Corridor refunds for must not start a refund.
+    WithdrawalPayout.objects.filter(pk=payout.pk).update(
+        last_error="marked failed by olga-ops: OPS-35: bank_account_closed")
+    poller.poll_withdrawals()
+    assert _refund(remittance.transaction_id) is None
     validation_account(clean_sandbox, account_number=account).raise_for_status()  # back up
 
     again = operations.payout_new_attempt(payout_id=payout.pk, operator=_operator(),
