@@ -32,7 +32,7 @@ from structlog.contextvars import bound_contextvars
 from anchor import platform
 from common.crashpoints import crash_point
 from payouts import beneficiaries
-from payouts.models import PayoutAttempt, WithdrawalPayout, WithdrawalRequest
+from payouts.models import PayoutAttempt, WithdrawalPayout, WithdrawalRefund, WithdrawalRequest
 from payouts.providers.base import DisburseResult, ProviderPayout
 from payouts.providers.razorpayx import provider as default_provider
 
@@ -75,7 +75,11 @@ def payout_run(*, request: WithdrawalRequest) -> WithdrawalPayout | None:
                 return None
         if not settings.PAYOUT_GUARD:
             return _unguarded_payout(request)
-        payout = payout_claim(request=request)
+        try:
+            payout = payout_claim(request=request)
+        except NotPayable as exc:
+            log.info("payout %s not claimed: %s", request.transaction_id, exc)
+            return None
         if payout is None:
             return payout_resume(payout=WithdrawalPayout.objects.get(
                 transaction_id=request.transaction_id))
@@ -84,10 +88,24 @@ def payout_run(*, request: WithdrawalRequest) -> WithdrawalPayout | None:
         return _disburse(payout, attempt)
 
 
+class NotPayable(Exception):
+    """The request stopped being payable after the caller read it."""
+
+
 def payout_claim(*, request: WithdrawalRequest) -> WithdrawalPayout | None:
-    """Step 2, one commit. None when the row exists already."""
+    """Step 2, one commit. None when the row exists already. Under the request's row
+    lock (the lock order of every withdrawal path) the request must still be payable:
+    not moved to ``manual_review`` or ``expired``, and no refund of its USDC started,
+    since the caller read it (found by the attacker trial: a worker that read the request
+    before an operator refunded it would otherwise claim and pay). Raises NotPayable."""
     try:
         with transaction.atomic():
+            current = WithdrawalRequest.objects.select_for_update().get(pk=request.pk)
+            if current.status in (WithdrawalRequest.Status.MANUAL_REVIEW,
+                                  WithdrawalRequest.Status.EXPIRED):
+                raise NotPayable(f"the request is {current.status}")
+            if WithdrawalRefund.objects.filter(transaction_id=current.transaction_id).exists():
+                raise NotPayable("a refund of its USDC was started")
             payout = WithdrawalPayout.objects.create(
                 transaction_id=request.transaction_id, status=Status.PROCESSING,
                 amount_paise=request.amount_out_paise, fund_account_id=request.fund_account_id,

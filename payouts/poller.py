@@ -155,9 +155,12 @@ def withdrawal_process(*, ap_tx: dict) -> str:
         if late:
             _review(request, late, verdict.evidence)
             return "manual_review"
-        WithdrawalRequest.objects.filter(pk=request.pk).update(
+        moved = WithdrawalRequest.objects.filter(pk=request.pk).exclude(status__in=(
+            WithdrawalRequest.Status.MANUAL_REVIEW, WithdrawalRequest.Status.EXPIRED)).update(
             status=WithdrawalRequest.Status.FUNDS_VERIFIED, received_amount=verdict.received,
             chain_evidence=verdict.evidence, review_reason=verdict.reason)
+        if not moved:  # a person took it (review, refund) since this pass read it
+            return "manual_review"
         payout = guard.payout_run(request=request)
         if payout is not None:
             return f"payout_{payout.status}"

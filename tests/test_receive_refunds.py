@@ -18,7 +18,7 @@ from django.contrib.auth.models import User
 from anchor import stellar
 from anchor.models import CustomerVolume
 from common.console import AUTOMATIC, OperationRefused
-from payouts import operations, poller
+from payouts import guard, operations, poller
 from payouts.models import PayoutEvent, WithdrawalPayout, WithdrawalRefund, WithdrawalRequest
 from sandbox.sender31 import RECEIVER_FIELDS, Payment, SendingAnchor
 from tests.flows import ap, sandbox_payouts, unique_account_number, validation_account, wait_for
@@ -155,6 +155,13 @@ def test_a_name_mismatch_waits_for_an_operator_who_refunds_it(sa, clean_sandbox)
     with pytest.raises(OperationRefused, match="refunded already"):
         operations.withdrawal_refund_on_chain(request_id=request.pk,
                                               operator=User.objects.get(), note=NOTE)
+    # A worker that read the request before the refund (found by the attacker trial):
+    # even with the request written back to funds_verified, the claim is refused.
+    WithdrawalRequest.objects.filter(pk=request.pk).update(status="funds_verified")
+    with pytest.raises(guard.NotPayable, match="refund"):
+        guard.payout_claim(request=request)
+    assert not WithdrawalPayout.objects.filter(
+        transaction_id=remittance.transaction_id).exists()
 
 
 def test_a_short_payment_ap_never_saw_is_told_to_ap_then_refunded_in_full(
