@@ -143,11 +143,11 @@ _OPEN = [
         md5('wfo' || %(tag)s || i), {_TS}, 1, '', r.id, {_TS}, {_TS}
     {_ROWS} JOIN withdrawal_requests r ON r.transaction_id = 'wro-' || %(tag)s || '-' || i""",
     f"""INSERT INTO deposit_refunds (transaction_id, status, payment_id, amount_paise,
-        currency, receipt, idempotency_key, attempts, trigger, reason, operator,
-        ap_status_at_claim, last_error, created_at, updated_at)
+        currency, receipt, idempotency_key, provider_status, arn, attempts, trigger,
+        reason, operator, ap_status_at_claim, last_error, created_at, updated_at)
     SELECT 'dfo-' || %(tag)s || '-' || i, 'requested', 'payfo_' || %(tag)s || i, 100000,
-        'INR', 'dfo-' || %(tag)s || '-' || i, 'dr-' || md5('dfo' || %(tag)s || i), 1,
-        'operator', 'bulk', 'bulk', 'pending_anchor', '', {_TS}, {_TS} {_ROWS}""",
+        'INR', 'dfo-' || %(tag)s || '-' || i, 'dr-' || md5('dfo' || %(tag)s || i), '', '',
+        1, 'operator', 'bulk', 'bulk', 'pending_anchor', '', {_TS}, {_TS} {_ROWS}""",
     f"""INSERT INTO stellar_receipts (paging_token, tx_hash, from_account, to_account, asset,
         amount, memo_type, memo, transaction_id, created_at, consumed_amount, review_reason)
     SELECT 'o' || %(tag)s || '-' || i, md5('sro' || %(tag)s || i), 'GCUSTOMER', %(account)s,
