@@ -33,6 +33,7 @@ from anchor.models import (
     CustomerFile,
     DepositOrder,
     DepositPayment,
+    DepositRefund,
     DepositRelease,
     InboundEvent,
     ReleaseEvent,
@@ -144,6 +145,37 @@ class DepositPaymentAdmin(ReadOnlyAdmin):
     list_filter = ("confirmation",)
     search_fields = ("payment_id", "transaction_id", "order_id")
     ordering = ("-captured_at",)
+    actions = ["refund_inr"]
+
+    @admin.action(permissions=["refund"],
+                  description="Refund the INR through Razorpay (no USDC will be released)")
+    def refund_inr(self, request, queryset):
+        def perform(payment, data, user):
+            done = operations.deposit_refund(transaction_id=payment.transaction_id,
+                                             operator=user, note=data["note"])
+            return (f"Refund of {done.amount_paise} paise on {done.payment_id} claimed "
+                    f"(receipt {done.receipt}); Razorpay is asked next.")
+
+        return confirm_action(
+            self, request, queryset, title="Refund a deposit's INR",
+            preview=lambda payment: operations.deposit_refund_preview(
+                transaction_id=payment.transaction_id),
+            perform=perform, confirm_label="Yes, refund the rupees")
+
+    def has_refund_permission(self, request):
+        return request.user.has_perm("anchor.refund_deposit")
+
+
+@admin.register(DepositRefund)
+class DepositRefundAdmin(ReadOnlyAdmin):
+    """The deposit refund guard (anchor/refunds.py): one row per refunded deposit."""
+
+    list_display = ("id", "transaction_id", "status", "payment_id", "amount_paise",
+                    "refund_id", "provider_status", "trigger", "attempts", "last_error",
+                    "updated_at")
+    list_filter = ("status", "trigger")
+    search_fields = ("transaction_id", "payment_id", "refund_id", "receipt")
+    ordering = ("-updated_at",)
     actions = None
 
 

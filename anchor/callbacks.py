@@ -27,6 +27,7 @@ from anchor import deposits, inbox
 from anchor.models import (
     DepositOrder,
     DepositPayment,
+    DepositRefund,
     DepositRelease,
     InboundEvent,
 )
@@ -193,6 +194,16 @@ def razorpay_payment_webhook(*, event_id: str, event: dict,
     payload = _obj(event.get("payload"), "payload")
     payment = _obj(_obj(payload.get("payment"), "payload.payment").get("entity"),
                    "payload.payment.entity")
+    if name.startswith("refund."):
+        refund = _obj(_obj(payload.get("refund"), "payload.refund").get("entity"),
+                      "payload.refund.entity")
+        _checked(inbound.field_text, DepositRefund, "refund_id", refund.get("id"),
+                 "payload.refund.entity.id", required=False)
+        from anchor import refunds
+
+        return inbox.record_and_apply(
+            source=InboundEvent.Source.RAZORPAY, event_id=event_id, event_type=name,
+            apply=lambda: refunds.refund_webhook_apply(event=event))
     wanted = name in ("payment.captured", "order.paid") and bool(payment)
     if wanted:
         check_payment(payment)

@@ -471,6 +471,7 @@ class ApTransactionEvent(models.Model):
         ordering = ["id"]
         permissions = [
             ("expire_ap_transaction", "Can expire an AP transaction before any funds arrived"),
+            ("refund_deposit", "Can refund a deposit's captured INR through Razorpay"),
         ]
 
     def __str__(self) -> str:
@@ -560,3 +561,93 @@ class FirmQuote(models.Model):
     def __str__(self) -> str:
         return f"quote {self.quote_id} {self.sell_amount} {self.sell_asset} -> " \
                f"{self.buy_amount} {self.buy_asset}"
+
+
+class DepositRefund(StatusMachine, models.Model):
+    """The at-most-once guard of a deposit's INR refund through Razorpay (issue 13 §3;
+    razorpay/TREASURY.md §2): one row per AP deposit, committed (``requested``, with
+    the ``receipt`` and the ``X-Refund-Idempotency`` key Corridor chose) before the
+    refund call is sent, so a lost answer is recovered by listing the payment's
+    refunds and matching the receipt, or by replaying the same key -- never by a
+    second refund (anchor/refunds.py). The claim and the deposit's release claim lock
+    the same ``deposit_payments`` row, so a deposit gets its USDC or its rupees back,
+    never both.
+
+    ``status`` changes only through ``DepositRefund.transition`` along
+    ``TRANSITIONS``; what moves each edge (anchor/refunds.py):
+
+    - ``requested -> pending | processed | failed``: Razorpay's answer to the create
+      call, a refund found by receipt after a lost answer, or a refund webhook (the
+      API re-read) that arrived first;
+    - ``pending -> processed | failed``: a ``refund.*`` webhook (the API re-read) or the
+      drive's poll of ``GET /v1/refunds/{id}``; forward only, in any arrival order;
+    - ``processed -> completed``: AP shows the deposit ``refunded`` with this refund
+      (``notify_refund_sent``);
+    - ``requested | pending | processed -> manual_review``: the outcome stays unknown
+      after DEPOSIT_REFUND_MAX_ATTEMPTS, Razorpay refused the refund, the payment shows
+      a refund that is not ours, or AP cannot be moved (the deposit ``expired`` before
+      the INR was captured: the refund is recorded here and waits for a person);
+    - ``failed`` (Razorpay failed the refund: the rupees are still ours), ``completed``
+      and ``manual_review`` are final for the automation; ``failed`` and
+      ``manual_review`` are in the operators' queue (kind ``refund``).
+
+    Money: ``amount_paise`` integer paise, the whole captured payment. ``refund_id`` is
+    Razorpay's ``rfnd_...``; ``provider_status`` what Razorpay last showed."""
+
+    class Status(models.TextChoices):
+        REQUESTED = "requested"
+        PENDING = "pending"
+        PROCESSED = "processed"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        MANUAL_REVIEW = "manual_review"
+
+    class Trigger(models.TextChoices):
+        OPERATOR = "operator"
+        EXPIRED = "expired"  # INR captured after AP expired the deposit
+
+    OPEN_STATUSES = (Status.REQUESTED, Status.PENDING, Status.PROCESSED)
+    REASON_STATUSES = frozenset({Status.MANUAL_REVIEW, Status.FAILED})
+    TRANSITIONS = {
+        Status.REQUESTED: frozenset({Status.PENDING, Status.PROCESSED, Status.FAILED,
+                                     Status.MANUAL_REVIEW}),
+        Status.PENDING: frozenset({Status.PROCESSED, Status.FAILED, Status.MANUAL_REVIEW}),
+        Status.PROCESSED: frozenset({Status.COMPLETED, Status.MANUAL_REVIEW}),
+        Status.FAILED: frozenset(),
+        Status.MANUAL_REVIEW: frozenset(),
+        Status.COMPLETED: frozenset(),
+    }
+
+    transaction_id = models.CharField(max_length=64, unique=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.REQUESTED)
+    payment_id = models.CharField(max_length=40)
+    amount_paise = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+    # Corridor's own references, set at the claim: the refund's ``receipt`` (matched when
+    # the payment's refunds are listed) and the X-Refund-Idempotency key of every create.
+    receipt = models.CharField(max_length=40, unique=True)
+    idempotency_key = models.CharField(max_length=64, unique=True)
+    refund_id = models.CharField(max_length=40, unique=True, null=True, blank=True)
+    provider_status = models.CharField(max_length=12, blank=True, default="")
+    arn = models.CharField(max_length=64, blank=True, default="")
+    attempts = models.PositiveIntegerField(default=0)  # create calls sent
+    trigger = models.CharField(max_length=12, choices=Trigger.choices)
+    reason = models.TextField()
+    operator = models.CharField(max_length=150)
+    ap_status_at_claim = models.CharField(max_length=32, blank=True, default="")
+    ap_refunded_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    processed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "deposit_refunds"
+        indexes = [
+            # The sweep's cost grows with the open rows, not the table.
+            models.Index(fields=["updated_at"], name="deposit_refunds_open_idx",
+                         condition=Q(status__in=["requested", "pending", "processed"])),
+        ]
+
+    def __str__(self) -> str:
+        return f"refund {self.transaction_id} {self.status}"

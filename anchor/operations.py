@@ -18,6 +18,9 @@ the confirmation page shows ("what will happen"), so what the operator confirms 
 what the service does.
 
 - ``release_redrive`` (permission ``anchor.redrive_release``).
+- ``deposit_refund`` (permission ``anchor.refund_deposit``): refunds a deposit's whole
+  captured INR through Razorpay (anchor/refunds.py), for a deposit whose release is
+  not going to happen; AP ``notify_refund_sent`` once Razorpay processed it.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from anchor import platform, releases, stellar
-from anchor.models import DepositPayment, DepositRelease, ReleaseEvent
+from anchor import platform, refunds, releases, stellar
+from anchor import razorpay as rzp
+from anchor.models import DepositPayment, DepositRefund, DepositRelease, ReleaseEvent
 from common.console import (
     OperationRefused,
     Preview,
@@ -66,6 +70,9 @@ def _redrive_check(release_id: int) -> _RedriveCheck:
     if release.destination.startswith("C"):
         raise OperationRefused("the destination is a contract (C...): it needs a token "
                                "transfer, which is not built")
+    if DepositRefund.objects.filter(transaction_id=release.transaction_id).exists():
+        raise OperationRefused("this deposit's INR is refunded (Deposit refunds): no USDC "
+                               "is released for it")
     if not DepositPayment.objects.filter(
             transaction_id=release.transaction_id,
             confirmation=DepositPayment.Confirmation.CONFIRMED).exists():
@@ -147,3 +154,45 @@ def release_redrive(*, release_id: int, operator, note: str) -> DepositRelease:
         raise OperationRefused(f"no envelope could be built now: {exc}") from exc
     log.info("release %s re-driven by %s", release.transaction_id, operator_name(operator))
     return releases.release_drive(release_id=release_id)
+
+
+# --- deposit: refund the INR --------------------------------------------------------
+
+def deposit_refund_preview(*, transaction_id: str) -> Preview:
+    """What ``deposit_refund`` would do now, read only."""
+    preview = Preview(will=[
+        "Refund the whole captured payment to the customer through Razorpay "
+        "(POST /v1/payments/{id}/refund, our receipt and idempotency key stored first).",
+        "Never release USDC for this deposit afterwards.",
+        "Once Razorpay shows the refund processed, record it in AP (notify_refund_sent: "
+        "AP refunded); if AP cannot be moved (expired), the refund waits in the review "
+        "queue."])
+    try:
+        check = refunds.refund_check(transaction_id)
+    except OperationRefused as exc:
+        preview.refusal = str(exc)
+        return preview
+    preview.evidence = [
+        ("payment", check.payment.payment_id),
+        ("amount", f"₹{rzp.paise_to_rupees(check.payment.amount_paise)} "
+                   f"({check.payment.amount_paise} paise)"),
+        ("AP status", check.ap_tx.get("status")),
+        ("AP amount_in", check.ap_tx.get("amount_in")),
+        ("release", f"{check.release.status}: {check.release.last_error}"
+                    if check.release else "none claimed"),
+    ]
+    return preview
+
+
+def deposit_refund(*, transaction_id: str, operator, note: str) -> DepositRefund:
+    """Refund deposit ``transaction_id``'s captured INR (the whole payment, integer
+    paise) through Razorpay, for a deposit whose release is not going to happen (AP
+    ``error``, the customer's limits, a release that never built an envelope): the
+    claim and its audit row in one transaction, the Razorpay call and AP after the
+    commit (anchor/refunds.py). Refused when a release sent or may send USDC, AP shows
+    ``completed``/``refunded``, or a refund exists. Raises OperationRefused."""
+    require_permission(operator, "anchor.refund_deposit")
+    note = clean_note(note)
+    return refunds.refund_claim(transaction_id=transaction_id,
+                                trigger=DepositRefund.Trigger.OPERATOR,
+                                reason=f"operator: {note}", operator=operator, note=note)

@@ -173,3 +173,62 @@ def verify_webhook(body: bytes, signature: str) -> bool:
         except razorpay.errors.SignatureVerificationError:
             continue
     return False
+
+
+# --- refunds (razorpay/TREASURY.md §2) ----------------------------------------------
+
+REFUND_IDEMPOTENCY_HEADER = "X-Refund-Idempotency"
+
+
+class RefundRefused(RazorpayError):
+    """Razorpay answered 400 to a refund create: a definite refusal (over-refund, not
+    captured, fully refunded already, a changed body under a used key). ``description``
+    is Razorpay's text (for people and the log; never matched by code)."""
+
+    def __init__(self, description: str):
+        super().__init__(description)
+        self.description = description
+
+
+def create_refund(*, payment_id: str, amount_paise: int, receipt: str, notes: dict[str, str],
+                  speed: str, idempotency_key: str) -> dict[str, Any]:
+    """``POST /v1/payments/{id}/refund`` with ``X-Refund-Idempotency: idempotency_key``
+    (TREASURY §2.1: same key + same body on a retry returns the first refund).
+    ``amount_paise``: integer paise. Returns the refund entity. Raises RefundRefused
+    (400: definite) or RazorpayError (409 in progress, 5xx, timeout: the refund may or
+    may not exist -- recover by listing, never by a new key)."""
+    try:
+        with _client() as client:
+            response = client.post(
+                f"/v1/payments/{quote(payment_id, safe='')}/refund",
+                json={"amount": amount_paise, "speed": speed, "receipt": receipt[:40],
+                      "notes": notes},
+                headers={REFUND_IDEMPOTENCY_HEADER: idempotency_key})
+    except httpx.HTTPError as exc:
+        raise RazorpayError(f"create_refund: {type(exc).__name__}: {exc}") from exc
+    if response.status_code == 400:
+        try:
+            description = response.json()["error"]["description"]
+        except (ValueError, KeyError, TypeError):
+            description = response.text[:300]
+        raise RefundRefused(str(description)[:500])
+    return _json(response)
+
+
+def payment_refunds(payment_id: str) -> list[dict[str, Any]]:
+    """``GET /v1/payments/{id}/refunds?count=100``: the payment's refund entities."""
+    try:
+        with _client() as client:
+            return _json(client.get(f"/v1/payments/{quote(payment_id, safe='')}/refunds",
+                                    params={"count": 100})).get("items", [])
+    except httpx.HTTPError as exc:
+        raise RazorpayError(f"payment_refunds: {type(exc).__name__}: {exc}") from exc
+
+
+def fetch_refund(refund_id: str) -> dict[str, Any]:
+    """``GET /v1/refunds/{id}``: the refund entity as Razorpay holds it now."""
+    try:
+        with _client() as client:
+            return _json(client.get(f"/v1/refunds/{quote(refund_id, safe='')}"))
+    except httpx.HTTPError as exc:
+        raise RazorpayError(f"fetch_refund: {type(exc).__name__}: {exc}") from exc

@@ -11,6 +11,8 @@ beat"). Each pass is idempotent and safe to run concurrently with the workers.
 - ``sweep_unnotified``: confirmed payments AP was never told about (the task died on
   a -32603, AP was down past its retries, the broker lost it): re-notified, with
   backoff and without end, and raised in the review queue after AP_NOTIFY_REVIEW_S.
+  A payment AP refuses because it already expired the deposit is refunded instead
+  (anchor/refunds.py ``refund_if_ap_expired``); a payment being refunded is skipped.
 - ``expire_abandoned``: ``notify_transaction_expired`` for deposits nobody paid within
   DEPOSIT_EXPIRY_S (AP expires nothing itself, NOTES §4.4 item 6).
 """
@@ -24,9 +26,9 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from anchor import callbacks, deposits, limits, platform, releases, stellar
+from anchor import callbacks, deposits, limits, platform, refunds, releases, stellar
 from anchor import razorpay as rzp
-from anchor.models import DepositOrder, DepositPayment, DepositRelease
+from anchor.models import DepositOrder, DepositPayment, DepositRefund, DepositRelease
 
 log = logging.getLogger(__name__)
 BATCH = 200
@@ -193,6 +195,8 @@ def sweep_unnotified() -> dict[str, int]:
     if not settings.STRANDED_SWEEPERS:
         return counts
     for pk, transaction_id in list(due_unnotified()):
+        if DepositRefund.objects.filter(transaction_id=transaction_id).exists():
+            continue  # its INR is going back (anchor/refunds.py): AP is told there
         try:
             deposits.funds_received(transaction_id=transaction_id)
         except (releases.ReleaseRefused, stellar.HorizonUnavailable,
@@ -243,10 +247,15 @@ def _notify_refused(pk: int, transaction_id: str, exc: Exception) -> int:
         # AP refuses for good in a final status (INR captured after the deposit expired,
         # NOTES §1.6): no retry will move it, a person refunds the INR -- raised now.
         try:
-            overdue = (platform.get_transaction(transaction_id) or {}).get("status") \
-                in AP_FINAL_STATUSES
+            ap_status = (platform.get_transaction(transaction_id) or {}).get("status")
         except platform.PlatformError:
-            pass
+            ap_status = None
+        if ap_status == "expired" and refunds.refund_if_ap_expired(
+                transaction_id=transaction_id) is not None:
+            # INR captured after AP expired the deposit: Corridor refunds it; the
+            # refund (kind ``refund``) is what the operators see, not this notify.
+            return 0
+        overdue = ap_status in AP_FINAL_STATUSES
     raised = 0
     if overdue:
         raised = DepositPayment.objects.filter(pk=pk, notify_review_at__isnull=True,

@@ -34,7 +34,7 @@ from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
 from anchor import deposits, envelopes, platform, stellar
-from anchor.models import DepositOrder, DepositPayment, DepositRelease
+from anchor.models import DepositOrder, DepositPayment, DepositRefund, DepositRelease
 from common.crashpoints import crash_point
 from common.locks import try_session_lock
 
@@ -79,6 +79,8 @@ def release_start(*, transaction_id: str) -> DepositRelease | None:
         payment = DepositPayment.objects.live().filter(transaction_id=transaction_id).first()
         if payment is None:
             raise ReleaseRefused(f"{transaction_id}: no captured payment recorded by Corridor")
+        if DepositRefund.objects.filter(transaction_id=transaction_id).exists():
+            raise ReleaseRefused(f"{transaction_id}: its INR is being refunded (anchor/refunds.py)")
         order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
         if order is None:
             raise ReleaseRefused(f"{transaction_id}: no deposit order")
@@ -160,9 +162,13 @@ def release_claim(*, order: DepositOrder, destination: str, memo_type: str,
                   memo: str) -> DepositRelease | None:
     """Step 1, one transaction: insert the row (``submitting``), lease a channel and
     its next sequence, build and sign the payment, store envelope, hash, max_time.
-    Returns None when another worker owns the release (unique ``transaction_id``)."""
+    Returns None when another worker owns the release (unique ``transaction_id``).
+    The deposit's live payment row is locked first, as the refund claim locks it
+    (anchor/refunds.py ``refund_claim``): a deposit whose INR is being refunded is
+    refused (ReleaseRefused), so no deposit gets both its USDC and its rupees."""
     try:
         with transaction.atomic():
+            _lock_payment_unrefunded(order.transaction_id)
             prepared = stellar.prepare_payment(
                 holder=order.transaction_id, destination=destination,
                 amount=order.amount_out, memo_type=memo_type, memo=memo)
@@ -177,6 +183,16 @@ def release_claim(*, order: DepositOrder, destination: str, memo_type: str,
         return None
 
 
+def _lock_payment_unrefunded(transaction_id: str) -> None:
+    """Inside the claim's transaction: lock the deposit's live payment row (the lock the
+    refund claim takes first) and refuse when a refund of it exists. Raises
+    ReleaseRefused."""
+    list(DepositPayment.objects.live().select_for_update()
+         .filter(transaction_id=transaction_id).values_list("pk", flat=True))
+    if DepositRefund.objects.filter(transaction_id=transaction_id).exists():
+        raise ReleaseRefused(f"{transaction_id}: its INR is being refunded (anchor/refunds.py)")
+
+
 def _mark_claimed(transaction_id: str) -> None:
     """The payment now has its release (corridor/stranded.py reads this)."""
     DepositPayment.objects.live().filter(
@@ -188,6 +204,7 @@ def _claim_for_review(order: DepositOrder, destination: str, memo_type: str, mem
                       reason: str) -> DepositRelease:
     try:
         with transaction.atomic():
+            _lock_payment_unrefunded(order.transaction_id)
             release = DepositRelease.objects.create(
                 transaction_id=order.transaction_id, status=Status.MANUAL_REVIEW,
                 destination=destination, asset_code=settings.STELLAR_USDC_CODE,

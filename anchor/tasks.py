@@ -7,7 +7,16 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from anchor import deposits, inbox, platform, reconciler, releases, stellar, submissions
+from anchor import (
+    deposits,
+    inbox,
+    platform,
+    reconciler,
+    refunds,
+    releases,
+    stellar,
+    submissions,
+)
 
 log = logging.getLogger(__name__)
 RETRYABLE = (platform.PlatformError, stellar.HorizonUnavailable, stellar.NoChannelFree,
@@ -23,6 +32,11 @@ def deposit_funds_received(self, transaction_id: str) -> None:
         deposits.funds_received(transaction_id=transaction_id)
     except (releases.ReleaseRefused, deposits.PaymentRejected) as exc:
         log.info("release of %s not started: %s", transaction_id, exc)
+    except platform.RpcError:
+        # INR captured after AP expired the deposit: AP refuses it for good, the INR
+        # goes back (anchor/refunds.py); any other refusal is the notify sweeper's.
+        if refunds.refund_if_ap_expired(transaction_id=transaction_id) is None:
+            raise
     except RETRYABLE as exc:
         raise self.retry(exc=exc, countdown=settings.RELEASE_RETRY_DELAY_S,
                          max_retries=20) from exc
@@ -104,3 +118,20 @@ def erase_customers() -> int:
     from anchor import customers
 
     return customers.erase_due()
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+def deposit_refund_drive(self, refund_id: int) -> str:
+    """Drive one deposit refund (anchor/refunds.py ``refund_drive``); retried while a
+    call went unanswered (``requested`` or ``processed`` with an error); a ``pending``
+    refund waits for its webhook (and the beat sweep's poll). Safe to run twice."""
+    refund = refunds.refund_drive(refund_id=refund_id)
+    if refund.status in (refund.Status.REQUESTED, refund.Status.PROCESSED) and refund.last_error:
+        raise self.retry(countdown=settings.DEPOSIT_REFUND_RETRY_S,
+                         max_retries=settings.DEPOSIT_REFUND_MAX_ATTEMPTS * 4)
+    return refund.status
+
+
+@shared_task
+def sweep_deposit_refunds() -> dict:
+    return refunds.sweep_refunds()

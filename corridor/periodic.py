@@ -134,6 +134,7 @@ def plan_nodes(plan: dict):
 def registry() -> dict[str, PeriodicQuery]:
     """name -> PeriodicQuery, for every periodic query Corridor runs."""
     from anchor import customers, inbox, reconciler, submissions
+    from anchor import refunds as deposit_refunds
     from corridor import stranded
     from ledger import services as ledger
     from payouts import poller, receipts, refunds
@@ -185,6 +186,8 @@ def registry() -> dict[str, PeriodicQuery]:
           receipts.classifiable_receipts, runs_in="payouts.tasks.poll_withdrawals"),
         q("refund_sweep", SWEEP, "withdrawal_refunds", ("withdrawal_refunds_open_idx",),
           refunds.stuck_refunds, runs_in="payouts.tasks.sweep_refunds"),
+        q("deposit_refund_sweep", SWEEP, "deposit_refunds", ("deposit_refunds_open_idx",),
+          deposit_refunds.stuck_refunds, runs_in="anchor.tasks.sweep_deposit_refunds"),
         q("saga_resume", SWEEP, "sagas", ("sagas_due_idx",), engine.due_sql,
           runs_in="sagas.tasks.resume_sagas"),
         q("inbound_drain", SWEEP, "inbound_events", ("inbound_events_waiting_idx",),

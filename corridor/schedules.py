@@ -22,6 +22,8 @@ def periodic_tasks() -> list[tuple[str, str, float]]:
         ("withdrawal poller", "payouts.tasks.poll_withdrawals", settings.WITHDRAW_POLL_PERIOD_S),
         ("withdrawal refund sweep", "payouts.tasks.sweep_refunds",
          settings.REFUND_SWEEP_PERIOD_S),
+        ("deposit refund sweep (INR back through Razorpay)",
+         "anchor.tasks.sweep_deposit_refunds", settings.DEPOSIT_REFUND_SWEEP_PERIOD_S),
         ("resume due sagas", "sagas.tasks.resume_sagas", settings.SAGA_RESUME_PERIOD_S),
         ("ledger rollup of hot-account deltas", "ledger.tasks.rollup_balances",
          settings.LEDGER_ROLLUP_PERIOD_S),

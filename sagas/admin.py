@@ -123,6 +123,7 @@ _TARGETS = {
     "inbound": "anchor_inboundevent",
     "notify": "anchor_depositpayment",
     "receipt": "payouts_stellarreceipt",
+    "refund": "anchor_depositrefund",
 }
 
 

@@ -185,7 +185,10 @@ class ReviewItem(models.Model):
       for AP_NOTIFY_REVIEW_S (the sweeper keeps retrying; ``reason`` has its last error);
     - ``receipt``: USDC receipts no withdrawal consumed (``reference`` the Stellar hash,
       ``amount`` the unconsumed USDC, ``reason`` why and the on-chain evidence), until
-      their refund on chain is done.
+      their refund on chain is done;
+    - ``refund``: deposit refunds through Razorpay (``deposit_refunds``) that Razorpay
+      failed or that wait for a person (``manual_review``: AP expired the deposit and
+      cannot show the refund, an unknown outcome, a refusal).
 
     ``key`` is ``"{kind}:{object_id}"``; ``reference`` the AP transaction id or the
     saga's reference; ``amount``/``currency`` what is at stake (USDC for releases and

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 TABLES = ("deposit_releases", "deposit_payments", "deposit_orders", "interactive_submissions",
           "withdrawal_requests", "withdrawal_payouts", "withdrawal_refunds", "stellar_receipts",
-          "sagas", "inbound_events", "customers")
+          "sagas", "inbound_events", "customers", "deposit_refunds")
 
 # %(n)s rows numbered i = 1..n; %(tag)s keeps keys unique across loads; %(ts)s the age
 # of the rows (terminal rows: long finished; open rows: stuck past every sweep's cutoff).
@@ -65,6 +65,14 @@ _TERMINAL = [
     SELECT r.transaction_id, 'completed', 'GCUSTOMER', 10, '', 'none', 'GSOURCE', i, 'AAAA',
         md5('wf' || %(tag)s || i), {_TS}, 1, '', r.id, {_TS}, {_TS}
     {_ROWS} JOIN withdrawal_requests r ON r.transaction_id = 'wr-' || %(tag)s || '-' || i""",
+    f"""INSERT INTO deposit_refunds (transaction_id, status, payment_id, amount_paise,
+        currency, receipt, idempotency_key, refund_id, provider_status, arn, attempts,
+        trigger, reason, operator, ap_status_at_claim, ap_refunded_at, last_error,
+        processed_at, created_at, updated_at)
+    SELECT 'df-' || %(tag)s || '-' || i, 'completed', 'payf_' || %(tag)s || i, 100000,
+        'INR', 'df-' || %(tag)s || '-' || i, 'dr-' || md5('df' || %(tag)s || i),
+        'rfnd_' || %(tag)s || i, 'processed', '', 1, 'operator', 'bulk', 'bulk',
+        'pending_anchor', {_TS}, '', {_TS}, {_TS}, {_TS} {_ROWS}""",
     f"""INSERT INTO stellar_receipts (paging_token, tx_hash, from_account, to_account, asset,
         amount, memo_type, memo, transaction_id, created_at, consumed_amount, review_reason,
         settled_at)
@@ -134,6 +142,12 @@ _OPEN = [
     SELECT r.transaction_id, 'submitting', 'GCUSTOMER', 10, '', 'none', 'GSOURCE', i, 'AAAA',
         md5('wfo' || %(tag)s || i), {_TS}, 1, '', r.id, {_TS}, {_TS}
     {_ROWS} JOIN withdrawal_requests r ON r.transaction_id = 'wro-' || %(tag)s || '-' || i""",
+    f"""INSERT INTO deposit_refunds (transaction_id, status, payment_id, amount_paise,
+        currency, receipt, idempotency_key, provider_status, arn, attempts, trigger,
+        reason, operator, ap_status_at_claim, last_error, created_at, updated_at)
+    SELECT 'dfo-' || %(tag)s || '-' || i, 'requested', 'payfo_' || %(tag)s || i, 100000,
+        'INR', 'dfo-' || %(tag)s || '-' || i, 'dr-' || md5('dfo' || %(tag)s || i), '', '',
+        1, 'operator', 'bulk', 'bulk', 'pending_anchor', '', {_TS}, {_TS} {_ROWS}""",
     f"""INSERT INTO stellar_receipts (paging_token, tx_hash, from_account, to_account, asset,
         amount, memo_type, memo, transaction_id, created_at, consumed_amount, review_reason)
     SELECT 'o' || %(tag)s || '-' || i, md5('sro' || %(tag)s || i), 'GCUSTOMER', %(account)s,

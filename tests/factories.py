@@ -25,6 +25,7 @@ from anchor.models import (
     CustomerVolume,
     DepositOrder,
     DepositPayment,
+    DepositRefund,
     DepositRelease,
     FirmQuote,
     InboundEvent,
@@ -83,6 +84,24 @@ class DepositPaymentFactory(factory.django.DjangoModelFactory):
     amount_paise = 100000
     currency = "INR"
     captured_at = factory.LazyFunction(lambda: datetime.now(UTC))
+
+
+class DepositRefundFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = DepositRefund
+
+    transaction_id = factory.LazyFunction(_uuid)
+    status = DepositRefund.Status.COMPLETED
+    payment_id = factory.Sequence(lambda n: f"pay_{n:014d}")
+    amount_paise = 100000
+    currency = "INR"
+    receipt = factory.LazyAttribute(lambda o: o.transaction_id[:40])
+    idempotency_key = factory.LazyFunction(lambda: f"dr-{uuid.uuid4()}")
+    refund_id = factory.Sequence(lambda n: f"rfnd_{n:014d}")
+    provider_status = "processed"
+    trigger = DepositRefund.Trigger.OPERATOR
+    reason = "operator: the customer cancelled"
+    operator = "operator"
 
 
 class DepositReleaseFactory(factory.django.DjangoModelFactory):

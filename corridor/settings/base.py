@@ -403,6 +403,22 @@ PAYOUT_SETTLEMENT_WINDOW_S = env.float("PAYOUT_SETTLEMENT_WINDOW_S", default=5 *
 # payout).
 PAYOUT_GUARD = True
 
+# --- Deposit refunds through Razorpay (anchor/refunds.py, issue 13 §3) ---
+# Razorpay refund speed: normal (free) or optimum (instant where possible, for a fee).
+DEPOSIT_REFUND_SPEED = env("DEPOSIT_REFUND_SPEED", default="normal")
+# Create calls whose answer was lost before the refund goes to manual review (each
+# retry lists the payment's refunds by our receipt first, then replays the same key).
+DEPOSIT_REFUND_MAX_ATTEMPTS = env.int("DEPOSIT_REFUND_MAX_ATTEMPTS", default=5)
+# The drive task's retry delay after an unanswered call (Razorpay or AP).
+DEPOSIT_REFUND_RETRY_S = env.float("DEPOSIT_REFUND_RETRY_S", default=30.0)
+# The beat sweep re-drives refunds left open this long, every ..._PERIOD_S.
+DEPOSIT_REFUND_SWEEP_AGE_S = env.float("DEPOSIT_REFUND_SWEEP_AGE_S", default=60.0)
+DEPOSIT_REFUND_SWEEP_PERIOD_S = env.float("DEPOSIT_REFUND_SWEEP_PERIOD_S", default=60.0)
+# Test-only switch: False makes a retry after a lost refund answer mint a new key
+# without listing the payment's refunds, as code without the guard would (shows that
+# the guard is what stops a second refund).
+DEPOSIT_REFUND_GUARD = True
+
 # --- Operations endpoints (corridor/views.py, corridor/metrics.py) ---
 # Per-dependency timeout of GET /health/ready (the checks run concurrently).
 READINESS_TIMEOUT_S = env.float("READINESS_TIMEOUT_S", default=2.0)

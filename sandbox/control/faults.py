@@ -28,6 +28,11 @@ KNOWN: frozenset[str] = frozenset({
     # sandbox/razorpay/payins.py
     "razorpay.webhook_replay", "razorpay.webhook_lose", "razorpay.webhook_reorder",
     "razorpay.payment_failed_then_captured", "razorpay.payment_fetch_5xx",
+    # sandbox/razorpay/refunds.py
+    "razorpay.refund_settle_delay", "razorpay.refund_create_5xx_after_create",
+    "razorpay.refund_fail", "razorpay.refund_webhook_lose",
+    "razorpay.refund_webhook_duplicate", "razorpay.refund_webhook_reorder",
+    "razorpay.refund_fetch_5xx",
     # sandbox/razorpay/payouts.py
     "razorpayx.settle_delay", "razorpayx.payout_stuck_processing",
     "razorpayx.processed_then_reversed", "razorpayx.fail_payout",

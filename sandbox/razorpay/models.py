@@ -308,3 +308,52 @@ class ValidationAccount(models.Model):
 
     class Meta:
         db_table = "sandbox_razorpayx_validation_accounts"
+
+
+class Refund(models.Model):
+    """A refund of a captured payment (TREASURY §2; docs ``api/refunds/entity``,
+    ``webhook_refund_processed.json``).
+
+    status: ``pending`` at create -> ``processed`` (final) | ``failed`` (final) at
+    ``next_step_ts`` (the settle delay). ``faults``: the fault switches taken once at
+    create and applied to the refund's whole life. ``held_events``: webhook events kept
+    back by ``razorpay.refund_webhook_reorder`` until the refund settles.
+    """
+
+    id = models.CharField(primary_key=True, max_length=40)  # rfnd_ + 14 base62
+    payment = models.ForeignKey(Payment, on_delete=models.CASCADE, related_name="refunds")
+    amount = models.BigIntegerField()  # paise
+    currency = models.CharField(max_length=3)
+    receipt = models.CharField(max_length=40, null=True, db_index=True)
+    notes = models.JSONField(default=list)
+    speed_requested = models.CharField(max_length=10)
+    speed_processed = models.CharField(max_length=10, null=True)
+    status = models.CharField(max_length=10)
+    acquirer_data = models.JSONField(default=dict)  # {"arn": ...}; null arn until settled
+    idempotency_key = models.CharField(max_length=100, null=True)
+    faults = models.JSONField(default=dict)
+    next_step_ts = models.DateTimeField(null=True)
+    held_events = models.JSONField(default=list)
+    created_at = models.BigIntegerField()  # unix seconds
+    created_ts = models.DateTimeField()
+    processed_ts = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "sandbox_razorpay_refunds"
+        indexes = [models.Index(fields=["next_step_ts"])]
+
+
+class RefundIdempotencyKey(models.Model):
+    """One ``X-Refund-Idempotency`` key (TREASURY §2.1, §0 rule 4): the canonical hash of
+    the first request (payment id + body) and, once created, its refund. ``in_flight``
+    while the first request has not answered (a concurrent duplicate gets 409)."""
+
+    key = models.CharField(primary_key=True, max_length=100)
+    request_hash = models.CharField(max_length=64)
+    refund = models.OneToOneField(Refund, null=True, on_delete=models.CASCADE,
+                                  related_name="idempotency")
+    in_flight = models.BooleanField(default=True)
+    created_ts = models.DateTimeField()
+
+    class Meta:
+        db_table = "sandbox_razorpay_refund_idempotency_keys"

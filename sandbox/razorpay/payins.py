@@ -102,7 +102,11 @@ def order_entity(order: Order) -> dict:
 
 def payment_entity(payment: Payment) -> dict:
     """The payment entity (docs ``payments/payments``; keys of
-    ``webhook_payment_captured_upi.json`` plus the failure fields)."""
+    ``webhook_payment_captured_upi.json`` plus the failure fields). ``amount_refunded``
+    and ``refund_status`` come from its refunds (sandbox/razorpay/refunds.py)."""
+    from sandbox.razorpay.refunds import refunded_of
+
+    refunded = refunded_of(payment) if payment.status in ("captured", "refunded") else 0
     entity = {
         "id": payment.id,
         "entity": "payment",
@@ -114,10 +118,11 @@ def payment_entity(payment: Payment) -> dict:
         "invoice_id": None,
         "international": False,
         "method": payment.method,
-        "amount_refunded": 0,
+        "amount_refunded": refunded,
         "amount_transferred": 0,
-        "refund_status": None,
-        "captured": payment.status == "captured",
+        "refund_status": None if refunded == 0 else (
+            "full" if refunded >= payment.amount else "partial"),
+        "captured": payment.status in ("captured", "refunded"),
         "description": payment.description,
         "card_id": payment.card_id,
         "bank": payment.bank,

@@ -12,7 +12,9 @@ Fault switches of this stand-in (``sandbox.control.faults``), documented in
 ``razorpayx.payout_stuck_processing``, ``razorpayx.processed_then_reversed``,
 ``razorpayx.fail_payout``, ``razorpayx.create_5xx_after_create``,
 ``razorpayx.webhook_before_create_returns``, ``razorpayx.webhook_duplicate``,
-``razorpayx.webhook_reorder``, ``razorpayx.webhook_lose``.
+``razorpayx.webhook_reorder``, ``razorpayx.webhook_lose``; and in
+``sandbox.razorpay.refunds``: the ``razorpay.refund_*`` switches (refund life cycle:
+pending -> processed | failed after the settle delay).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.db import DatabaseError, connections
 
-from sandbox.razorpay import payins, payouts, validations, webhooks
+from sandbox.razorpay import payins, payouts, refunds, validations, webhooks
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ def background(stop: threading.Event) -> None:
                 try:
                     payins.capture_due_late_payments()
                     payouts.advance_due()
+                    refunds.advance_due()
                     validations.advance_due()
                     webhooks.dispatch_due(pool)
                 except DatabaseError:
@@ -57,4 +60,5 @@ def reset() -> None:
     """Empty contacts, fund accounts, fund account validations, payouts, idempotency keys,
     orders, payments, webhook events and deliveries."""
     payouts.reset()
+    refunds.reset()
     payins.reset()

@@ -16,7 +16,7 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 
-from sandbox.razorpay import payins, payouts, validations, webhooks
+from sandbox.razorpay import payins, payouts, refunds, validations, webhooks
 from sandbox.razorpay.common import RazorpayError, check_basic_auth
 from sandbox.razorpay.models import WebhookEvent
 
@@ -90,6 +90,43 @@ def order_payments(request, order_id: str):
 @_api("GET")
 def payment(request, payment_id: str):
     return JsonResponse(payins.get_payment(payment_id))
+
+
+@_api("POST")
+def payment_refund(request, payment_id: str):
+    """``POST /v1/payments/{id}/refund`` with optional ``X-Refund-Idempotency``
+    (TREASURY §2.1; ``refunds.create_refund``)."""
+    key = request.headers.get(refunds.IDEMPOTENCY_HEADER)
+    return refunds.create_refund(payment_id=payment_id, data=_json_body(request),
+                                 idempotency_key=key)
+
+
+@_api("GET")
+def payment_refunds(request, payment_id: str):
+    """``GET /v1/payments/{id}/refunds[?count=&skip=]``."""
+    return JsonResponse(refunds.payment_refunds(
+        payment_id, count=_int_param(request, "count", 10, 100),
+        skip=_int_param(request, "skip", 0, 10**9)))
+
+
+@_api("GET")
+def payment_refund_one(request, payment_id: str, refund_id: str):
+    return JsonResponse(refunds.get_refund(refund_id, payment_id=payment_id))
+
+
+@_api("GET")
+def refund(request, refund_id: str):
+    """``GET /v1/refunds/{id}``."""
+    return JsonResponse(refunds.get_refund(refund_id))
+
+
+@_api("GET", auth=False)
+def sandbox_refunds(request):
+    """``GET /razorpay/sandbox/refunds[?payment_id=&receipt=]``: every refund, oldest
+    first, with its idempotency key (for tests and the demo)."""
+    items = refunds.sandbox_listing(payment_id=request.GET.get("payment_id"),
+                                    receipt=request.GET.get("receipt"))
+    return JsonResponse({"count": len(items), "refunds": items})
 
 
 @_api("POST")
