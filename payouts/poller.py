@@ -16,12 +16,13 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
 from anchor import platform, stellar
 from anchor import razorpay as rzp
-from payouts import guard, operations, receipts, receive
+from payouts import books, guard, operations, receipts, receive
 from payouts.models import PAYOUT_POLL_OPEN, WithdrawalPayout, WithdrawalRequest
 
 log = logging.getLogger(__name__)
@@ -155,9 +156,12 @@ def withdrawal_process(*, ap_tx: dict) -> str:
         if late:
             _review(request, late, verdict.evidence)
             return "manual_review"
-        WithdrawalRequest.objects.filter(pk=request.pk).update(
-            status=WithdrawalRequest.Status.FUNDS_VERIFIED, received_amount=verdict.received,
-            chain_evidence=verdict.evidence, review_reason=verdict.reason)
+        with transaction.atomic():
+            WithdrawalRequest.objects.filter(pk=request.pk).update(
+                status=WithdrawalRequest.Status.FUNDS_VERIFIED,
+                received_amount=verdict.received, chain_evidence=verdict.evidence,
+                review_reason=verdict.reason)
+            books.received(request, verdict.received)  # rule 3, with the verification
         payout = guard.payout_run(request=request)
         if payout is not None:
             return f"payout_{payout.status}"
