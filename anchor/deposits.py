@@ -18,6 +18,7 @@ from anchor import razorpay as rzp
 from anchor.models import DepositOrder, DepositPayment
 from common.crashpoints import crash_point
 from corridor.db import insert_unless_conflict
+from ledger import chart
 
 log = logging.getLogger(__name__)
 PAISA = Decimal("0.01")
@@ -378,7 +379,7 @@ def payment_confirm(*, transaction_id: str) -> DepositPayment:
             _reject(payment, f"Razorpay disagrees: {reason}")
         created = fetched.get("created_at")
         with transaction.atomic():
-            DepositPayment.objects.filter(
+            moved = DepositPayment.objects.filter(
                 pk=payment.pk, confirmation=DepositPayment.Confirmation.UNCONFIRMED
             ).update(confirmation=DepositPayment.Confirmation.CONFIRMED,
                      confirmed_at=timezone.now(), confirmation_error="",
@@ -386,6 +387,10 @@ def payment_confirm(*, transaction_id: str) -> DepositPayment:
                      **({"captured_at": datetime.fromtimestamp(created, UTC)}
                         if isinstance(created, int) and not isinstance(created, bool) else {}))
             DepositOrder.objects.filter(pk=order.pk).update(status=DepositOrder.Status.PAID)
+            if moved:  # the books: rule 1 (ledger/chart.py), with the confirmation
+                chart.deposit_captured(payment_id=payment.payment_id,
+                                       transaction_id=transaction_id,
+                                       amount_in=order.amount_in)
         payment.refresh_from_db()
         if payment.confirmation != DepositPayment.Confirmation.CONFIRMED:
             raise PaymentRejected(f"{payment.payment_id}: {payment.confirmation_error}")

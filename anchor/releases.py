@@ -37,6 +37,7 @@ from anchor import deposits, envelopes, platform, stellar
 from anchor.models import DepositOrder, DepositPayment, DepositRefund, DepositRelease
 from common.crashpoints import crash_point
 from common.locks import try_session_lock
+from ledger import chart
 
 log = logging.getLogger(__name__)
 Status = DepositRelease.Status
@@ -504,11 +505,25 @@ def _new_envelope(current: DepositRelease) -> dict:
 def _mark_submitted(release: DepositRelease) -> DepositRelease:
     """Step 4: ``submitted``, and the channel is free again. One commit."""
     with transaction.atomic():
-        DepositRelease.transition(release.pk, _REBUILDABLE, Status.SUBMITTED,
-                                  where=Q(tx_hash=release.tx_hash), last_error="")
+        moved = DepositRelease.transition(release.pk, _REBUILDABLE, Status.SUBMITTED,
+                                          where=Q(tx_hash=release.tx_hash), last_error="")
+        if moved:
+            _book_released(release)
         stellar.free_channel(address=release.source_account, holder=release.transaction_id)
     release.refresh_from_db()
     return release
+
+
+def _book_released(release: DepositRelease) -> None:
+    """Rule 2 of the books (ledger/chart.py ``deposit_released``), in the transaction
+    that marks the release landed: the order's amount_in, fee and amount_out (the
+    release's amount is the order's amount_out)."""
+    order = DepositOrder.objects.get(transaction_id=release.transaction_id)
+    payment = DepositPayment.objects.live().filter(
+        transaction_id=release.transaction_id).first()
+    chart.deposit_released(transaction_id=release.transaction_id,
+                           payment_id=payment.payment_id if payment else None,
+                           amount_in=order.amount_in, fee=order.fee, amount_out=release.amount)
 
 
 def _complete(release: DepositRelease) -> DepositRelease:

@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from common.console import ReadOnlyMixin
-from ledger import services
+from ledger import chart, services
 from ledger.models import Account, Entry, Posting
 
 
@@ -42,8 +42,9 @@ class AccountAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def trial_balance_view(self, request):
         """Totals per currency (each must be 0), stored balances that differ from the sum
-        of their postings, and entries that do not sum to zero: one REPEATABLE READ
-        snapshot."""
+        of their postings, entries that do not sum to zero, and the accounts of the
+        deposit and withdrawal books (ledger/chart.py) with what each holds: one
+        REPEATABLE READ snapshot."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         trial = services.trial_balance()
@@ -53,6 +54,8 @@ class AccountAdmin(ReadOnlyMixin, admin.ModelAdmin):
             "totals": sorted(trial.totals.items()),
             "accounts": [(code, ccy, amount)
                          for (code, ccy), amount in sorted(trial.accounts.items())],
+            "books": [(code, ccy, what, trial.accounts.get((code, ccy), Decimal(0)))
+                      for code, ccy, what in chart.ACCOUNTS],
         }
         return TemplateResponse(request, "admin/ledger/trial_balance.html", context)
 

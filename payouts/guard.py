@@ -31,7 +31,7 @@ from structlog.contextvars import bound_contextvars
 
 from anchor import platform
 from common.crashpoints import crash_point
-from payouts import beneficiaries
+from payouts import beneficiaries, books
 from payouts.models import PayoutAttempt, WithdrawalPayout, WithdrawalRefund, WithdrawalRequest
 from payouts.providers.base import DisburseResult, ProviderPayout
 from payouts.providers.razorpayx import provider as default_provider
@@ -192,10 +192,14 @@ def payout_apply_status(*, payout: WithdrawalPayout, state: ProviderPayout,
                          current.attempts)
                 return _fresh(current)
             fields = {"provider_payout_id": current.provider_payout_id or state.payout_id}
+            charge = {name: value for name, value in (("fees_paise", state.fees_paise),
+                                                      ("tax_paise", state.tax_paise))
+                      if value is not None}
             if state.status == "processed" and current.status == Status.PROCESSING:
                 WithdrawalPayout.transition(current.pk, Status.PROCESSING, Status.COMPLETED,
                                             require=True, reference=state.utr, last_error="",
-                                            **fields)
+                                            **fields, **charge)
+                books.paid(_fresh(current))  # rule 4, in this transaction
             elif state.status in provider().failed_statuses and current.status == Status.PROCESSING:
                 WithdrawalPayout.transition(
                     current.pk, Status.PROCESSING, Status.FAILED, require=True,
@@ -207,7 +211,8 @@ def payout_apply_status(*, payout: WithdrawalPayout, state: ProviderPayout,
                     current.pk, current.status, Status.REVERSED, require=True,
                     reference=current.reference or state.utr,
                     last_error=f"reversed by the bank after {after}: {state.reason}"[:2000],
-                    **fields)
+                    **fields, **charge)
+                books.reversed_(_fresh(current))  # rule 5, in this transaction
             elif fields["provider_payout_id"] != current.provider_payout_id:
                 # No status change: only the provider's id is news. A status we hold
                 # already (a redelivered or late event) writes nothing at all.

@@ -150,6 +150,11 @@ class WithdrawalPayout(StatusMachine, models.Model):
     provider_payout_id = models.CharField(max_length=40, blank=True, default="")
     reference = models.CharField(max_length=64, blank=True, default="")  # the UTR
     attempts = models.PositiveIntegerField(default=1)
+    # RazorpayX's charge for the payout that paid, integer paise, as its entity reports
+    # it when the payout is processed (``fees`` includes ``tax``); NULL when unknown.
+    # The books (ledger/chart.py rules 4 and 5) debit them to the expense accounts.
+    fees_paise = models.BigIntegerField(null=True, blank=True)
+    tax_paise = models.BigIntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     ap_completed_at = models.DateTimeField(null=True, blank=True)
     clock_started_at = models.DateTimeField(default=timezone.now)

@@ -54,7 +54,7 @@ from common.console import (
     operator_name,
     require_permission,
 )
-from payouts import guard, receipts, refunds
+from payouts import books, guard, receipts, refunds
 from payouts.models import (
     PayoutAttempt,
     PayoutEvent,
@@ -251,6 +251,7 @@ def payout_confirm_paid(*, payout_id: int, utr: str, operator, note: str) -> Wit
                                     reference=utr,
                                     last_error=f"confirmed paid by {operator_name(operator)}")
         current.refresh_from_db()
+        books.confirmed_paid(current, previous)
         _event(transaction_id=current.transaction_id, payout=current,
                request=WithdrawalRequest.objects.filter(
                    transaction_id=current.transaction_id).first(),
@@ -624,6 +625,7 @@ def withdrawal_accept_short(*, request_id: int, operator, note: str) -> Withdraw
         current.review_reason = (f"short amount accepted by {operator_name(operator)} "
                                  f"(expected {detail['expected']})")
         current.save()
+        books.received(current, verdict.received)  # rule 3, with the verification
         _event(transaction_id=current.transaction_id, request=current,
                event="withdrawal.accept_short", operator=operator, note=note, detail=detail)
     guard.payout_run(request=current)

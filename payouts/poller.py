@@ -16,12 +16,13 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
 from anchor import platform, stellar
 from anchor import razorpay as rzp
-from payouts import guard, operations, receipts, receive
+from payouts import books, guard, operations, receipts, receive
 from payouts.models import PAYOUT_POLL_OPEN, WithdrawalPayout, WithdrawalRequest
 
 log = logging.getLogger(__name__)
@@ -155,12 +156,19 @@ def withdrawal_process(*, ap_tx: dict) -> str:
         if late:
             _review(request, late, verdict.evidence)
             return "manual_review"
-        moved = WithdrawalRequest.objects.filter(pk=request.pk).exclude(status__in=(
-            WithdrawalRequest.Status.MANUAL_REVIEW, WithdrawalRequest.Status.EXPIRED)).update(
-            status=WithdrawalRequest.Status.FUNDS_VERIFIED, received_amount=verdict.received,
-            chain_evidence=verdict.evidence, review_reason=verdict.reason)
-        if not moved:  # a person took it (review, refund) since this pass read it
-            return "manual_review"
+        with transaction.atomic():
+            current = WithdrawalRequest.objects.select_for_update().get(pk=request.pk)
+            if current.status in (WithdrawalRequest.Status.MANUAL_REVIEW,
+                                  WithdrawalRequest.Status.EXPIRED):
+                return "manual_review"  # a person took it (review, refund) since the read
+            WithdrawalRequest.objects.filter(pk=request.pk).update(
+                status=WithdrawalRequest.Status.FUNDS_VERIFIED,
+                received_amount=verdict.received, chain_evidence=verdict.evidence,
+                review_reason=verdict.reason)
+            if current.status != WithdrawalRequest.Status.FUNDS_VERIFIED:
+                # rule 3, once, with the first verification (a later pass that sees more
+                # USDC changes the row, not the entry: the excess is a receipt's refund)
+                books.received(request, verdict.received)
         payout = guard.payout_run(request=request)
         if payout is not None:
             return f"payout_{payout.status}"

@@ -32,6 +32,7 @@ from structlog.contextvars import bound_contextvars
 
 from anchor import envelopes, platform, stellar
 from common.locks import try_session_lock
+from payouts import books
 from payouts.models import StellarReceipt, WithdrawalRefund, WithdrawalRequest
 
 log = logging.getLogger(__name__)
@@ -141,8 +142,9 @@ def _undecided(refund: WithdrawalRefund, fate: envelopes.Fate, *,
 def _landed(refund: WithdrawalRefund, found: dict) -> WithdrawalRefund:
     with transaction.atomic():
         if found.get("successful"):
-            WithdrawalRefund.transition(refund.pk, F.SUBMITTING, F.SUBMITTED,
-                                        where=Q(tx_hash=refund.tx_hash), last_error="")
+            if WithdrawalRefund.transition(refund.pk, F.SUBMITTING, F.SUBMITTED,
+                                           where=Q(tx_hash=refund.tx_hash), last_error=""):
+                books.refund_landed(refund)  # rule 6, with the landing
         else:
             _set(refund, F.MANUAL_REVIEW, "included in a ledger but failed")
         stellar.free_channel(address=refund.source_account,

@@ -463,9 +463,14 @@ SAGA_STEP_KEYS = True
 # ledger_balance_deltas rows, folded into the balance by ledger.tasks.rollup_balances
 # every LEDGER_ROLLUP_PERIOD_S, at most LEDGER_ROLLUP_BATCH deltas per transaction.
 # Default: the accounts every remittance books to and that have no balance rule (the
-# fx and payable clearing accounts, the receiving anchors) and the testing plan's.
+# fx and payable clearing accounts, the receiving anchors), the testing plan's, and the
+# chart of the deposit and withdrawal paths (ledger/chart.py): every deposit, payout and
+# refund books to the same few accounts, inside the transaction of its status change,
+# which must not queue behind every other one's.
 LEDGER_HOT_ACCOUNTS = env.list("LEDGER_HOT_ACCOUNTS",
-                               default=["test:*", "fx:*", "payable:*", "anchor:*"])
+                               default=["test:*", "fx:*", "payable:*", "anchor:*", "fx",
+                                        "owed:*", "revenue:*", "expense:*", "razorpay:*",
+                                        "razorpayx:*", "stellar:*"])
 # Accounts whose balance must never go below zero (Overdraft): they are locked by
 # every post that touches them and are never hot, whatever LEDGER_HOT_ACCOUNTS says.
 # Default: none, as before (``hub``, which mirrors a Stellar account, is the candidate;

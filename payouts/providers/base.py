@@ -33,6 +33,10 @@ class ProviderPayout:
     utr: str = ""
     reason: str = ""
     raw: dict = field(default_factory=dict)
+    # The provider's charge for this payout, integer paise, when it reports one:
+    # ``fees`` includes ``tax`` (RazorpayX's payout entity, set from ``processing``).
+    fees_paise: int | None = None
+    tax_paise: int | None = None
 
 
 @dataclass

@@ -28,7 +28,13 @@ def _payout(entity: dict) -> ProviderPayout:
                           amount_paise=int(entity.get("amount") or 0),
                           reference=entity.get("reference_id") or "",
                           utr=entity.get("utr") or "", reason=details.get("reason") or "",
-                          raw=entity)
+                          raw=entity, fees_paise=_paise(entity.get("fees")),
+                          tax_paise=_paise(entity.get("tax")))
+
+
+def _paise(value) -> int | None:
+    """An integer paise field of an entity, or None when absent or not an integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class RazorpayX:
