@@ -175,7 +175,7 @@ def payout_apply_status(*, payout: WithdrawalPayout, state: ProviderPayout,
                 return current
             PayoutAttempt.objects.filter(pk=attempt.pk).update(
                 provider_status=state.status, provider_payout_id=state.payout_id,
-                updated_at=timezone.now())
+                provider_reason=(state.reason or "")[:60], updated_at=timezone.now())
             if attempt.number != current.attempts:
                 # An earlier attempt's news (a late or redelivered webhook): it is kept
                 # on that attempt's row, and moves ours only if it says money moved,

@@ -185,6 +185,10 @@ class PayoutAttempt(models.Model):
     idempotency_key = models.UUIDField(unique=True)
     provider_payout_id = models.CharField(max_length=40, blank=True, default="")
     provider_status = models.CharField(max_length=20, blank=True, default="")
+    # RazorpayX's ``status_details.reason`` with that status (``bank_account_invalid``,
+    # ``beneficiary_bank_offline``...): what payouts/receive.py ``failed_for_good`` reads,
+    # never the text of ``last_error``.
+    provider_reason = models.CharField(max_length=60, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

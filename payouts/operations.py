@@ -823,21 +823,21 @@ def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> Withd
     return _refund_store(request_id, operator=operator, note=note, event="withdrawal.refund")
 
 
-def receive_refund_for_good(*, request_id: int, reason: str) -> WithdrawalRefund | None:
-    """Corridor's own refund of a SEP-31 receive whose payout failed for good (the bank
-    says the receiver's account is invalid: payouts/receive.py ``failed_for_good``): the
-    same checks, outbox and audit row as the operator's action, the audit row naming
-    Corridor (``receive.refund``). None when it is not refundable now (the refusal is
-    logged; the poller asks again) or a refund exists already."""
+def refund_for_good(*, request_id: int, reason: str) -> WithdrawalRefund | None:
+    """Corridor's own refund of a withdrawal or SEP-31 receive whose payout failed for
+    good (the bank says the account cannot take the credit: payouts/receive.py
+    ``failed_for_good``; a SEP-24 withdrawal only under WITHDRAWAL_REFUND_FOR_GOOD): the
+    same checks, outbox and audit row as the operator's action, the audit row
+    (``<kind>.refund``) naming Corridor. None when it is not refundable now (the refusal
+    is logged; the poller asks again) or a refund exists already."""
     request = _request(request_id)
-    if request.kind != WithdrawalRequest.Kind.RECEIVE or WithdrawalRefund.objects.filter(
-            transaction_id=request.transaction_id).exists():
+    if WithdrawalRefund.objects.filter(transaction_id=request.transaction_id).exists():
         return None
     try:
         return _refund_store(request_id, operator=None, note=reason[:2000],
-                             event="receive.refund")
+                             event=f"{request.kind}.refund")
     except OperationRefused as exc:
-        log.info("SEP-31 %s: no refund yet: %s", request.transaction_id, exc)
+        log.info("%s %s: no refund yet: %s", request.kind, request.transaction_id, exc)
         return None
 
 

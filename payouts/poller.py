@@ -42,7 +42,7 @@ def poll_withdrawals() -> dict[str, int]:
         seen.add(ap_tx["id"])
         with bound_contextvars(transaction_id=ap_tx["id"]):
             try:
-                count(withdrawal_process(ap_tx=ap_tx))
+                count(_refunded_if_failed_for_good(ap_tx, withdrawal_process(ap_tx=ap_tx)))
             except (platform.PlatformError, platform.RpcError, stellar.HorizonUnavailable) as exc:
                 log.warning("withdrawal %s: %s", ap_tx["id"], exc)
                 count("error")
@@ -91,12 +91,18 @@ def receive_process(*, ap_tx: dict) -> str:
         return receive.decide(ap_tx=ap_tx)
     if receive.expire_if_due(request, ap_tx):
         return "expired"
-    outcome = withdrawal_process(ap_tx=ap_tx)
-    if outcome in ("payout_failed", "manual_review"):
-        request.refresh_from_db()
-        why = receive.failed_for_good(request)
-        if why and operations.receive_refund_for_good(request_id=request.pk, reason=why):
-            return "refunding"
+    return _refunded_if_failed_for_good(ap_tx, withdrawal_process(ap_tx=ap_tx))
+
+
+def _refunded_if_failed_for_good(ap_tx: dict, outcome: str) -> str:
+    """After a pass left the transaction failed or in review: when its payout can never
+    succeed (``receive.failed_for_good``), Corridor refunds the USDC itself."""
+    if outcome not in ("payout_failed", "manual_review"):
+        return outcome
+    request = request_of(ap_tx["id"]).first()
+    why = receive.failed_for_good(request) if request is not None else ""
+    if why and operations.refund_for_good(request_id=request.pk, reason=why):
+        return "refunding"
     return outcome
 
 

@@ -33,7 +33,7 @@ deleted and registered again, meets the same limits and the same rejection.
 
 A remittance whose payout can never succeed (``failed_for_good``: the bank says the
 receiver's account is invalid, closed or frozen, at validation or at payout) is refunded
-in full to the SA on chain by Corridor itself (``operations.receive_refund_for_good``,
+in full to the SA on chain by Corridor itself (``operations.refund_for_good``,
 the withdrawal refund outbox; AP is moved error -> recovery -> ``notify_refund_sent``,
 payouts/refunds.py). Every other refusal (a name mismatch, a short payment, a late one, a
 transient bank failure, a reversal) waits for a person, who pays again (a new attempt)
@@ -50,6 +50,7 @@ import secrets
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -274,10 +275,13 @@ def expire_if_due(request: WithdrawalRequest, ap_tx: dict) -> bool:
 
 def failed_for_good(request: WithdrawalRequest) -> str:
     """Why ``request``'s INR can never be paid, in words for the audit row ("" when it
-    may yet be: a person decides). Only a SEP-31 receive: its payout ``failed`` with one of
-    ``ACCOUNT_REFUSES``, or, before any payout, its fund account validation completed
-    with the account not active (payouts/beneficiaries.py)."""
-    if request.kind != WithdrawalRequest.Kind.RECEIVE:
+    may yet be: a person decides). A SEP-31 receive, or a SEP-24 withdrawal when
+    WITHDRAWAL_REFUND_FOR_GOOD is on (issue 13 §3: "refunded on chain by policy"): its
+    payout ``failed`` with one of ``ACCOUNT_REFUSES``, or, before any payout, its fund
+    account validation completed with the account not active
+    (payouts/beneficiaries.py)."""
+    if request.kind != WithdrawalRequest.Kind.RECEIVE and \
+            not settings.WITHDRAWAL_REFUND_FOR_GOOD:
         return ""
     payout = WithdrawalPayout.objects.filter(transaction_id=request.transaction_id).first()
     if payout is None:
@@ -287,18 +291,19 @@ def failed_for_good(request: WithdrawalRequest) -> str:
         if request.status != WithdrawalRequest.Status.MANUAL_REVIEW or validation is None \
                 or validation.account_status in ("", "active"):
             return ""
-        return (f"the receiver's bank says the account is {validation.account_status} "
+        return (f"the payee's bank says the account is {validation.account_status} "
                 f"(fund account validation {validation.validation_id}): refunded in full")
-    # Only the provider's own words (guard: "provider failed: <reason>", "provider
-    # rejected: ..."), never an operator's note (payout_mark_failed) that happens to
-    # end in a reason; the refund itself asks RazorpayX again (operations._refund_check).
-    said = payout.last_error.startswith("provider ")
-    reason = payout.last_error.rsplit(":", 1)[-1].strip()
-    if payout.status != WithdrawalPayout.Status.FAILED or not said or \
+    # The provider's own reason, kept on the attempt it failed (guard.payout_apply_status),
+    # never the text of last_error (an operator's mark-failed note may end in any word);
+    # the refund itself asks RazorpayX again (operations._refund_check).
+    latest = payout.attempt_rows.filter(number=payout.attempts).first()
+    reason = latest.provider_reason if latest is not None else ""
+    if payout.status != WithdrawalPayout.Status.FAILED or latest is None or \
+            latest.provider_status not in provider().failed_statuses or \
             reason not in ACCOUNT_REFUSES:
         return ""
     return (f"the payout {payout.provider_payout_id or payout.transaction_id} failed at the "
-            f"receiver's bank ({reason}): refunded in full")
+            f"payee's bank ({reason}): refunded in full")
 
 
 def ap_status_for(request: WithdrawalRequest, sep24_status: str) -> str:

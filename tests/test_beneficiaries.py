@@ -13,7 +13,12 @@ from django.conf import settings
 
 from anchor import pii
 from payouts import poller
-from payouts.models import FundAccountValidation, WithdrawalPayout, WithdrawalRequest
+from payouts.models import (
+    FundAccountValidation,
+    WithdrawalPayout,
+    WithdrawalRefund,
+    WithdrawalRequest,
+)
 from tests.flows import (
     ap,
     assert_payout_once,
@@ -91,7 +96,12 @@ def test_a_name_mismatch_goes_to_review_and_is_never_paid(clean_sandbox, setting
     assert row.decision == "refused" and row.name_score < settings.FAV_NAME_MATCH_THRESHOLD
 
 
-def test_an_invalid_account_goes_to_review(clean_sandbox):
+@pytest.mark.parametrize("policy", [False, True])
+def test_an_invalid_account_goes_to_review_or_by_policy_its_usdc_back(clean_sandbox,
+                                                                      settings, policy):
+    """Issue 13 §3: a withdrawal that can never be paid has its USDC refunded on chain by
+    policy (WITHDRAWAL_REFUND_FOR_GOOD) or by an operator from the review queue."""
+    settings.WITHDRAWAL_REFUND_FOR_GOOD = policy
     number = unique_account_number()
     validation_account(clean_sandbox, account_number=number,
                        account_status="invalid").raise_for_status()
@@ -101,6 +111,17 @@ def test_an_invalid_account_goes_to_review(clean_sandbox):
 
     assert "is invalid" in request.review_reason
     assert sandbox_payouts(clean_sandbox, transaction_id) == []
+    if not policy:
+        for _ in range(2):
+            poller.poll_withdrawals()
+        assert not WithdrawalRefund.objects.filter(transaction_id=transaction_id).exists()
+        return
+    tx = wait_for(lambda: poller.poll_withdrawals() is not None and
+                  ap(transaction_id)["status"] == "refunded" and ap(transaction_id),
+                  what="the USDC refunded")
+    refund = WithdrawalRefund.objects.get(transaction_id=transaction_id)
+    assert refund.status == "completed" and refund.amount == request.received_amount
+    assert [p["id"] for p in tx["refunds"]["payments"]] == [refund.tx_hash]
 
 
 def test_a_pending_validation_waits_and_pays_once_it_completes(clean_sandbox):

@@ -322,6 +322,11 @@ FAV_REQUIRED = env.bool("FAV_REQUIRED", default=True)
 FAV_PENDING_REVIEW_S = env.float("FAV_PENDING_REVIEW_S", default=3600.0)
 
 # --- Withdrawal pricing: USDC in, INR out ---
+# A SEP-24 withdrawal whose payout can never succeed (the payee's bank refuses the
+# account: payouts/receive.py ACCOUNT_REFUSES, or fund account validation finds it
+# invalid) has its USDC refunded on chain by Corridor itself (issue 13 §3); off: it waits
+# for an operator in the review queue. SEP-31 receives are always refunded so.
+WITHDRAWAL_REFUND_FOR_GOOD = env.bool("WITHDRAWAL_REFUND_FOR_GOOD", default=True)
 WITHDRAW_RATE_INR_PER_USDC = Decimal(env.str("WITHDRAW_RATE_INR_PER_USDC", default="84.00"))
 WITHDRAW_FEE_USDC = Decimal(env.str("WITHDRAW_FEE_USDC", default="0.50"))
 WITHDRAW_MIN_USDC = Decimal(env.str("WITHDRAW_MIN_USDC", default="2"))
