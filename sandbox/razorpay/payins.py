@@ -158,6 +158,37 @@ def fee_and_tax(amount: int) -> tuple[int, int]:
 # --- orders ---------------------------------------------------------------------------
 
 
+def receipt_and_notes(data: dict) -> tuple[str | None, list | dict]:
+    """The ``receipt`` (at most 40 characters) and ``notes`` (at most 15 keys of
+    strings or numbers, each at most 256 characters; ``[]`` when empty) of an order or
+    refund create body, checked as Razorpay checks them. Raises RazorpayError."""
+    receipt = data.get("receipt")
+    if receipt is not None:
+        if not isinstance(receipt, str):
+            raise RazorpayError("The receipt must be a string.", field="receipt")
+        if len(receipt) > MAX_RECEIPT:
+            raise RazorpayError("The receipt may not be greater than 40 characters.",
+                                field="receipt")
+    notes = data.get("notes")
+    if notes is None or notes == []:
+        notes = []
+    elif not isinstance(notes, dict):
+        raise RazorpayError("The notes must be an array.", field="notes")
+    elif len(notes) > MAX_NOTES:
+        raise RazorpayError("Number of fields in notes should be less than or equal to 15",
+                            field="notes")
+    else:
+        for key, value in notes.items():
+            if not isinstance(value, str | int | float) or isinstance(value, bool):
+                raise RazorpayError(f"The notes.{key} must be a string.", field="notes")
+            if len(str(value)) > MAX_NOTE_VALUE:
+                raise RazorpayError(
+                    f"The notes.{key} may not be greater than 256 characters.", field="notes"
+                )
+        notes = notes or []
+    return receipt, notes
+
+
 def _validate_order(data) -> dict:
     """Check a create-order body (docs ``api/orders/create``; error texts from that page and
     the newer ``test-s2s/error-index``). Stricter than Razorpay on one point: ``amount``
@@ -183,30 +214,7 @@ def _validate_order(data) -> dict:
         raise RazorpayError("Currency is not supported", field="currency")
     if amount < MIN_AMOUNT:
         raise RazorpayError(f"The amount must be at least {currency} 1.00", field="amount")
-    receipt = data.get("receipt")
-    if receipt is not None:
-        if not isinstance(receipt, str):
-            raise RazorpayError("The receipt must be a string.", field="receipt")
-        if len(receipt) > MAX_RECEIPT:
-            raise RazorpayError("The receipt may not be greater than 40 characters.",
-                                field="receipt")
-    notes = data.get("notes")
-    if notes is None or notes == []:
-        notes = []
-    elif not isinstance(notes, dict):
-        raise RazorpayError("The notes must be an array.", field="notes")
-    elif len(notes) > MAX_NOTES:
-        raise RazorpayError("Number of fields in notes should be less than or equal to 15",
-                            field="notes")
-    else:
-        for key, value in notes.items():
-            if not isinstance(value, str | int | float) or isinstance(value, bool):
-                raise RazorpayError(f"The notes.{key} must be a string.", field="notes")
-            if len(str(value)) > MAX_NOTE_VALUE:
-                raise RazorpayError(
-                    f"The notes.{key} may not be greater than 256 characters.", field="notes"
-                )
-        notes = notes or []
+    receipt, notes = receipt_and_notes(data)
     return {
         "amount": amount,
         "currency": currency,

@@ -64,7 +64,7 @@ from django.http import JsonResponse
 from django.utils import timezone
 
 from sandbox.control import faults
-from sandbox.razorpay import webhooks
+from sandbox.razorpay import payins, webhooks
 from sandbox.razorpay.common import RazorpayError, new_id, server_error
 from sandbox.razorpay.models import (
     Payment,
@@ -81,9 +81,6 @@ IN_FLIGHT_LEASE = timedelta(seconds=120)
 REFUND_FIELDS = {"amount", "speed", "receipt", "notes"}
 SPEEDS = {"normal", "optimum"}
 MIN_AMOUNT = 100  # paise: "The amount must be at least INR 1.00" (normal refunds)
-MAX_RECEIPT = 40
-MAX_NOTES = 15
-MAX_NOTE_VALUE = 256
 SERVER_ERROR_BODY = server_error().body
 
 
@@ -159,26 +156,7 @@ def _validate(data, payment: Payment, remaining: int) -> dict:
     if speed not in SPEEDS:
         raise RazorpayError("Invalid speed. It should be either normal or optimum",
                             field="speed")
-    receipt = data.get("receipt")
-    if receipt is not None:
-        if not isinstance(receipt, str):
-            raise RazorpayError("The receipt must be a string.", field="receipt")
-        if len(receipt) > MAX_RECEIPT:
-            raise RazorpayError("The receipt may not be greater than 40 characters.",
-                                field="receipt")
-    notes = data.get("notes")
-    if notes is None or notes == []:
-        notes = []
-    elif not isinstance(notes, dict):
-        raise RazorpayError("The notes must be an array.", field="notes")
-    elif len(notes) > MAX_NOTES:
-        raise RazorpayError("Number of fields in notes should be less than or equal to 15",
-                            field="notes")
-    else:
-        for key, value in notes.items():
-            if len(str(value)) > MAX_NOTE_VALUE:
-                raise RazorpayError(f"The notes.{key} may not be greater than 256 characters.",
-                                    field="notes")
+    receipt, notes = payins.receipt_and_notes(data)
     return {"amount": amount, "speed_requested": speed, "receipt": receipt, "notes": notes}
 
 
