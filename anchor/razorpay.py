@@ -1,4 +1,5 @@
-"""Razorpay pay-in client: Orders API and webhook signatures.
+"""Razorpay pay-in client: Orders API, webhook signatures, and the settlement reads a
+reconciler compares our books with (razorpay/TREASURY.md §3).
 
 Amounts are integer paise at this boundary (razorpay/NOTES.md §0 rule 1). Webhook
 signatures are verified over the raw request bytes (NOTES §1.5, §5 bugs 1-3) with the
@@ -7,6 +8,9 @@ signatures are verified over the raw request bytes (NOTES §1.5, §5 bugs 1-3) w
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
@@ -20,6 +24,11 @@ from common.http import tls_context
 
 class RazorpayError(Exception):
     """Razorpay answered an error or could not be reached."""
+
+
+class SettlementNotFound(RazorpayError):
+    """Razorpay holds no settlement under this id for our key (400/404 to ``GET
+    /v1/settlements/{id}``)."""
 
 
 class PaymentNotFound(RazorpayError):
@@ -232,3 +241,174 @@ def fetch_refund(refund_id: str) -> dict[str, Any]:
             return _json(client.get(f"/v1/refunds/{quote(refund_id, safe='')}"))
     except httpx.HTTPError as exc:
         raise RazorpayError(f"fetch_refund: {type(exc).__name__}: {exc}") from exc
+
+
+# --- settlements (TREASURY §3) --------------------------------------------------------
+
+SETTLEMENTS_PAGE = 100  # docs api/settlements/fetch-all: count 1-100
+RECON_PAGE = 1000  # docs api/settlements/fetch-recon: count 1-1000
+
+
+def from_unix(unix: Any) -> datetime | None:
+    """Razorpay's Unix seconds -> an aware UTC datetime (None stays None)."""
+    return None if unix is None else datetime.fromtimestamp(int(unix), tz=UTC)
+
+
+def _paise(row: dict, key: str) -> int:
+    """An integer paise field of a Razorpay row; a float, a string or a bool is refused
+    (money is never guessed from a lookalike, NOTES §5 bug 10)."""
+    value = row.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RazorpayError(f"{key} is not integer paise: {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """A settlement of our pay-in balance to our bank account (docs
+    ``api/settlements/entity``). ``amount_paise`` is net (per-payment fees and taxes are
+    already deducted); ``fees_paise``/``tax_paise`` are 0 for a normal settlement;
+    ``status`` created | processed | failed; ``utr`` finds the credit in our bank
+    statement."""
+
+    settlement_id: str
+    amount_paise: int
+    fees_paise: int
+    tax_paise: int
+    status: str
+    utr: str
+    created_at: datetime
+    raw: dict = field(repr=False, compare=False)
+
+    @property
+    def amount(self) -> Decimal:
+        """``amount_paise`` as Decimal rupees, 2 dp."""
+        return paise_to_rupees(self.amount_paise)
+
+    @classmethod
+    def parse(cls, row: Any) -> Settlement:
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+            raise RazorpayError(f"not a settlement entity: {str(row)[:200]}")
+        return cls(settlement_id=row["id"], amount_paise=_paise(row, "amount"),
+                   fees_paise=_paise(row, "fees"), tax_paise=_paise(row, "tax"),
+                   status=str(row.get("status") or ""), utr=str(row.get("utr") or ""),
+                   created_at=from_unix(row.get("created_at")), raw=row)
+
+
+@dataclass(frozen=True)
+class ReconItem:
+    """One row of the settlement recon (docs ``api/settlements/fetch-recon``; TREASURY
+    §3.2): a payment, refund, transfer or adjustment settled to us. All amounts integer
+    paise; ``fee`` includes ``tax``; for a payment ``credit`` = ``amount - fee``, for a
+    refund ``debit`` = ``amount``. ``entity_id``: ``pay_``/``rfnd_``/``trf_``/``adj_``;
+    ``payment_id``: the parent payment of a refund or transfer (None for a payment);
+    ``order_receipt``: the receipt we set on the order (our AP transaction id, the join
+    key to the deposit, NOTES §1.7)."""
+
+    entity_id: str
+    type: str
+    amount_paise: int
+    credit_paise: int
+    debit_paise: int
+    fee_paise: int
+    tax_paise: int
+    currency: str
+    settled: bool
+    settlement_id: str | None
+    settlement_utr: str | None
+    payment_id: str | None
+    order_id: str | None
+    order_receipt: str | None
+    method: str | None
+    created_at: datetime
+    settled_at: datetime | None
+    raw: dict = field(repr=False, compare=False)
+
+    @property
+    def net_paise(self) -> int:
+        """What this row adds to its settlement: ``credit - debit``."""
+        return self.credit_paise - self.debit_paise
+
+    @classmethod
+    def parse(cls, row: Any) -> ReconItem:
+        if not isinstance(row, dict) or not isinstance(row.get("entity_id"), str):
+            raise RazorpayError(f"not a recon row: {str(row)[:200]}")
+        return cls(
+            entity_id=row["entity_id"], type=str(row.get("type") or ""),
+            amount_paise=_paise(row, "amount"), credit_paise=_paise(row, "credit"),
+            debit_paise=_paise(row, "debit"), fee_paise=_paise(row, "fee"),
+            tax_paise=_paise(row, "tax"), currency=str(row.get("currency") or ""),
+            settled=row.get("settled") is True, settlement_id=row.get("settlement_id"),
+            settlement_utr=row.get("settlement_utr"), payment_id=row.get("payment_id"),
+            order_id=row.get("order_id"), order_receipt=row.get("order_receipt"),
+            method=row.get("method"), created_at=from_unix(row.get("created_at")),
+            settled_at=from_unix(row.get("settled_at")), raw=row,
+        )
+
+
+def _collection(response: httpx.Response, what: str) -> list:
+    try:
+        body = _json(response)
+    except ValueError as exc:
+        raise RazorpayError(f"{what}: not JSON: {response.text[:100]!r}") from exc
+    items = body.get("items") if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        raise RazorpayError(f"{what}: not a collection: {response.text[:200]}")
+    return items
+
+
+def _pages(path: str, params: dict[str, Any], page: int, what: str) -> Iterator[dict]:
+    """Every item of a ``count``/``skip`` collection, page by page, until a short page."""
+    try:
+        with _client() as client:
+            skip = 0
+            while True:
+                items = _collection(client.get(path, params={**params, "count": page,
+                                                             "skip": skip}), what)
+                yield from items
+                if len(items) < page:
+                    return
+                skip += len(items)
+    except httpx.HTTPError as exc:
+        raise RazorpayError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def settlements(*, since: datetime | None = None, until: datetime | None = None
+                ) -> list[Settlement]:
+    """``GET /v1/settlements?from=&to=`` paged through to the end: every settlement
+    created in ``[since, until]`` (aware datetimes, whole seconds, inclusive; None = no
+    bound), newest first, each once (a settlement made while we page shifts the pages:
+    repeats are dropped by id). Raises RazorpayError (HTTP error, timeout, unreadable
+    row)."""
+    params = {name: int(value.timestamp()) for name, value in (("from", since), ("to", until))
+              if value is not None}
+    seen: dict[str, Settlement] = {}
+    for row in _pages("/v1/settlements", params, SETTLEMENTS_PAGE, "settlements"):
+        item = Settlement.parse(row)
+        seen.setdefault(item.settlement_id, item)
+    return list(seen.values())
+
+
+def settlement(settlement_id: str) -> Settlement:
+    """``GET /v1/settlements/{id}``. Raises SettlementNotFound (definite) or
+    RazorpayError (5xx, 401, timeout, unreadable: ask again later)."""
+    try:
+        with _client() as client:
+            response = client.get(f"/v1/settlements/{quote(settlement_id, safe='')}")
+    except httpx.HTTPError as exc:
+        raise RazorpayError(f"settlement: {type(exc).__name__}: {exc}") from exc
+    if response.status_code in (400, 404):
+        raise SettlementNotFound(f"Razorpay {response.status_code}: {response.text[:300]}")
+    try:
+        return Settlement.parse(_json(response))
+    except ValueError as exc:
+        raise RazorpayError(f"settlement: not JSON: {response.text[:100]!r}") from exc
+
+
+def settlement_recon(day: date) -> list[ReconItem]:
+    """``GET /v1/settlements/recon/combined?year=&month=&day=`` paged with ``skip`` until
+    a short page (TREASURY §3.3): every row settled on ``day`` (Razorpay groups rows by
+    settlement date, not capture date), in Razorpay's order. Raises RazorpayError."""
+    params = {"year": f"{day.year:04d}", "month": f"{day.month:02d}", "day": f"{day.day:02d}"}
+    return [ReconItem.parse(row) for row in _pages("/v1/settlements/recon/combined", params,
+                                                   RECON_PAGE, "settlement_recon")]

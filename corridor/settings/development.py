@@ -73,6 +73,8 @@ SANDBOX_AP_SEP10_JWT_SECRET = env(
 # AP's sep24.deposit_info_generator_type: self (AP picks the withdrawal memo) or none.
 SANDBOX_AP_DEPOSIT_INFO_GENERATOR = env("SANDBOX_AP_DEPOSIT_INFO_GENERATOR", default="self")
 SANDBOX_PAYOUT_SETTLE_S = env.float("SANDBOX_PAYOUT_SETTLE_S", default=1.0)
+# The sandbox's settlement "day": captured payments settle two of them later (T+2).
+SANDBOX_SETTLEMENT_CYCLE_S = env.float("SANDBOX_SETTLEMENT_CYCLE_S", default=10.0)
 SANDBOX_ANCHOR31_STEP_S = env.float("SANDBOX_ANCHOR31_STEP_S", default=0.5)
 SANDBOX_ANCHOR31_EXPIRY_S = env.float("SANDBOX_ANCHOR31_EXPIRY_S", default=86400.0)
 SANDBOX_ANCHOR31_POLL_S = env.float("SANDBOX_ANCHOR31_POLL_S", default=0.2)

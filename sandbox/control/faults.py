@@ -33,12 +33,16 @@ KNOWN: frozenset[str] = frozenset({
     "razorpay.refund_fail", "razorpay.refund_webhook_lose",
     "razorpay.refund_webhook_duplicate", "razorpay.refund_webhook_reorder",
     "razorpay.refund_fetch_5xx",
+    # sandbox/razorpay/settlements.py
+    "razorpay.settlement_omit_payment", "razorpay.settlement_fee_mismatch",
+    "razorpay.settlement_delay",
     # sandbox/razorpay/payouts.py
     "razorpayx.settle_delay", "razorpayx.payout_stuck_processing",
     "razorpayx.processed_then_reversed", "razorpayx.fail_payout",
     "razorpayx.create_5xx_after_create", "razorpayx.webhook_before_create_returns",
     "razorpayx.webhook_duplicate", "razorpayx.webhook_reorder", "razorpayx.webhook_lose",
     "razorpayx.payout_fetch_5xx", "razorpayx.list_lag",
+    "razorpayx.reversal_statement_only", "razorpayx.statement_fee_mismatch",
     # sandbox/anchor31/machine.py
     "anchor31.reject_before_funding", "anchor31.refund_after_funding",
     "anchor31.fail_payout", "anchor31.slow", "anchor31.step_delay", "anchor31.http_5xx",

@@ -357,3 +357,109 @@ class RefundIdempotencyKey(models.Model):
 
     class Meta:
         db_table = "sandbox_razorpay_refund_idempotency_keys"
+
+
+class Settlement(models.Model):
+    """A settlement of the pay-in balance to our bank account (TREASURY §3.1; docs
+    ``api/settlements/entity``): ``amount`` = the net credits of its items (paise), ``fees``
+    and ``tax`` 0 (a normal settlement; per-payment fees were already deducted), ``status``
+    ``processed`` at creation (the sandbox transfers at once), ``utr`` the bank reference."""
+
+    id = models.CharField(primary_key=True, max_length=40)  # setl_ + 14 base62
+    amount = models.BigIntegerField()  # paise
+    fees = models.BigIntegerField(default=0)  # paise
+    tax = models.BigIntegerField(default=0)  # paise
+    status = models.CharField(max_length=10, default="processed")
+    utr = models.CharField(max_length=40)
+    created_at = models.BigIntegerField()  # unix seconds
+    created_ts = models.DateTimeField(db_index=True)
+
+    class Meta:
+        db_table = "sandbox_razorpay_settlements"
+
+
+class SettlementItem(models.Model):
+    """One settleable entity, a row of ``GET /v1/settlements/recon/combined`` once settled
+    (TREASURY §3.2; ``api_settlement_recon_combined.json``). Made when a payment is
+    captured; ``settle_due_ts`` is the cycle boundary it settles at, null when it never
+    settles (fault ``razorpay.settlement_omit_payment``, unlisted).
+
+    ``fee`` and ``tax``: what the settlement charged (paise; ``fee`` includes ``tax``), the
+    payment's own unless fault ``razorpay.settlement_fee_mismatch``; ``credit`` = ``amount``
+    - ``fee`` for a payment. ``unpaid``: listed under its settlement but left out of the
+    settlement's amount (fault ``razorpay.settlement_omit_payment`` with ``listed``).
+    """
+
+    entity_id = models.CharField(primary_key=True, max_length=40)  # pay_...
+    type = models.CharField(max_length=12, default="payment")
+    payment = models.OneToOneField(Payment, null=True, on_delete=models.CASCADE,
+                                   related_name="settlement_item")
+    amount = models.BigIntegerField()  # paise
+    credit = models.BigIntegerField()  # paise
+    debit = models.BigIntegerField(default=0)  # paise
+    fee = models.BigIntegerField()  # paise, tax included
+    tax = models.BigIntegerField()  # paise
+    currency = models.CharField(max_length=3)
+    unpaid = models.BooleanField(default=False)
+    captured_ts = models.DateTimeField()
+    settle_due_ts = models.DateTimeField(null=True)
+    settlement = models.ForeignKey(Settlement, null=True, on_delete=models.PROTECT,
+                                   related_name="items")
+    settled_at = models.BigIntegerField(null=True)  # unix seconds
+    created_at = models.BigIntegerField()  # unix seconds, the entity's own
+
+    class Meta:
+        db_table = "sandbox_razorpay_settlement_items"
+        indexes = [models.Index(fields=["settle_due_ts"]),
+                   models.Index(fields=["settled_at"])]
+
+
+class BankingAccount(models.Model):
+    """Our RazorpayX account (a Lite account: FAV runs on it, TREASURY §6.1): the balance
+    after its last statement row. Rows are appended under this row's lock, so ``balance``
+    and the rows' running ``balance`` never disagree."""
+
+    account_number = models.CharField(primary_key=True, max_length=40)
+    balance = models.BigIntegerField(default=0)  # paise
+    last_seq = models.IntegerField(default=0)
+    created_ts = models.DateTimeField()
+
+    class Meta:
+        db_table = "sandbox_razorpayx_banking_accounts"
+
+
+class AccountTransaction(models.Model):
+    """One row of the RazorpayX account statement (TREASURY §5; docs
+    ``api/x/transactions/entity``): a payout debit, a reversal credit (a reversed or failed
+    payout, amount + fees back) or a bank transfer credit (funds added).
+
+    ``amount`` excludes fees; ``fees``/``tax``: what this row charged (payout debits only;
+    the payout's own unless fault ``razorpayx.statement_fee_mismatch``). ``balance``: after
+    this row = previous balance + ``credit`` - ``debit`` - ``fees``. ``seq``: its place in
+    the account's statement (unique per account). ``details``: the static part of
+    ``source`` (reversal and bank transfer ids and payer fields).
+    """
+
+    id = models.CharField(primary_key=True, max_length=40)  # txn_ + 14 base62
+    account = models.ForeignKey(BankingAccount, on_delete=models.CASCADE,
+                                related_name="transactions")
+    seq = models.IntegerField()
+    kind = models.CharField(max_length=16)  # "payout" | "reversal" | "bank_transfer"
+    payout = models.ForeignKey(Payout, null=True, on_delete=models.CASCADE,
+                               related_name="statement_rows")
+    amount = models.BigIntegerField()  # paise
+    credit = models.BigIntegerField(default=0)  # paise
+    debit = models.BigIntegerField(default=0)  # paise
+    fees = models.BigIntegerField(default=0)  # paise, tax included
+    tax = models.BigIntegerField(default=0)  # paise
+    balance = models.BigIntegerField()  # paise, after this row
+    currency = models.CharField(max_length=3, default="INR")
+    details = models.JSONField(default=dict)
+    created_at = models.BigIntegerField()  # unix seconds
+    created_ts = models.DateTimeField()
+
+    class Meta:
+        db_table = "sandbox_razorpayx_transactions"
+        constraints = [models.UniqueConstraint(fields=["account", "seq"],
+                                               name="sandbox_razorpayx_txn_seq_unique")]
+        indexes = [models.Index(fields=["account", "created_at"])]

@@ -39,7 +39,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from sandbox.control import faults
-from sandbox.razorpay import webhooks
+from sandbox.razorpay import settlements, webhooks
 from sandbox.razorpay.common import (
     RazorpayError,
     checkout_signature,
@@ -472,6 +472,7 @@ def pay_order(*, order_id: str, data) -> dict:
         payment.save(using=DB, force_insert=True)
         order.save(using=DB)
         if captured_now:
+            settlements.queue_payment(payment, captured_ts=now)
             _queue(payment, _captured_events(payment, order))
         else:
             _queue(payment, [("payment.failed", {"payment": {"entity": payment_entity(payment)}})])
@@ -524,6 +525,7 @@ def capture_due_late_payments() -> int:
             _capture(payment, order)
             payment.save(using=DB)
             order.save(using=DB)
+            settlements.queue_payment(payment, captured_ts=now)
             failed_delivery = (
                 WebhookDelivery.objects.using(DB)
                 .filter(event__entity_id=payment.id, event__event="payment.failed",
@@ -555,7 +557,8 @@ def checkout_context(order_id: str) -> dict | None:
 
 
 def reset() -> None:
-    """Empty the stand-in's tables (deliveries, events, payments, orders)."""
+    """Empty the stand-in's tables (settlements, deliveries, events, payments, orders)."""
+    settlements.reset()
     with transaction.atomic(using=DB):
         WebhookDelivery.objects.using(DB).all().delete()
         WebhookEvent.objects.using(DB).all().delete()

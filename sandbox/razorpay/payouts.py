@@ -47,7 +47,15 @@ Fault switches (``POST /sandbox/faults {"name", "times", "params"}``), taken onc
   and delivered after ``payout.reversed`` and ``transaction.created`` (NOTES §5.9: reversed
   before processed); without a scheduled reversal it changes nothing;
 - ``razorpayx.webhook_lose``: the payout's webhooks are recorded but never sent (a later
-  dashboard replay, ``POST /razorpay/sandbox/webhooks/redeliver``, still works).
+  dashboard replay, ``POST /razorpay/sandbox/webhooks/redeliver``, still works);
+- ``razorpayx.reversal_statement_only`` ``{"after_s": 1, "reason": ...}``: as
+  ``processed_then_reversed``, but the reversal sends no webhook: only ``GET
+  /v1/payouts/{id}`` and the account statement show it;
+- ``razorpayx.statement_fee_mismatch`` ``{"fees_extra": 100, "tax_extra": 0}``: the
+  statement's debit row charges other fees than the payout entity shows.
+
+Every payout is debited in the account statement at create, and credited back by a
+reversal row when it is reversed or fails (``sandbox.razorpay.statement``).
 
 A payout to a beneficiary account the sandbox's "bank" was told refuses credits
 (``payout_failure`` in ``POST /razorpay/sandbox/fund_accounts/validations/accounts``)
@@ -90,12 +98,11 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
 from django.http import JsonResponse
 from django.utils import timezone
 
 from sandbox.control import faults
-from sandbox.razorpay import webhooks
+from sandbox.razorpay import statement, webhooks
 from sandbox.razorpay.common import RazorpayError, new_id, server_error
 from sandbox.razorpay.models import (
     Contact,
@@ -141,7 +148,6 @@ NARRATION = re.compile(r"[A-Za-z0-9 ]{1,30}")
 # Sandbox fee schedule, paise before 18 % GST: IMPS 500 -> fees 590, tax 90 (docs samples).
 BASE_FEE = {"IMPS": 500, "NEFT": 300, "RTGS": 2000, "UPI": 300}
 GST_PERCENT = 18
-OPENING_BALANCE = 10_000_000_00  # paise (₹1 crore): shown in transaction.created only
 BANK_NAMES = {
     "HDFC": "HDFC Bank", "ICIC": "ICICI Bank", "SBIN": "State Bank of India",
     "UTIB": "Axis Bank", "KKBK": "Kotak Mahindra Bank", "YESB": "Yes Bank",
@@ -652,6 +658,15 @@ def _take_faults() -> dict:
         flags["reorder"] = True
     if faults.take("razorpayx.webhook_lose") is not None:
         flags["lose"] = True
+    silent = faults.take("razorpayx.reversal_statement_only")
+    if silent is not None:
+        flags["reverse"] = {"after_s": float(silent.get("after_s", 1.0)),
+                            "reason": silent.get("reason", DEFAULT_REVERSE_REASON),
+                            "silent": True}
+    fee = faults.take("razorpayx.statement_fee_mismatch")
+    if fee is not None:
+        flags["statement_fee"] = {"fees_extra": int(fee.get("fees_extra", 100)),
+                                  "tax_extra": int(fee.get("tax_extra", 0))}
     return flags
 
 
@@ -741,6 +756,7 @@ def create_payout(*, idempotency_key: str | None, data) -> JsonResponse:
                 payout.next_step = "settle"
                 payout.next_step_ts = now + timedelta(seconds=flags["settle_s"])
             payout.save(using=DB, force_insert=True)
+            statement.debit_payout(payout, now)
             PayoutIdempotencyKey.objects.using(DB).filter(key=key).update(payout=payout)
             answer = payout_entity(payout)
             _queue(payout, ["payout.initiated"])
@@ -877,7 +893,7 @@ def _last_delivery(payout: Payout) -> WebhookDelivery | None:
 
 def _payload(payout: Payout, name: str) -> dict:
     if name == "transaction.created":
-        return {"transaction": {"entity": _reversal_transaction(payout)}}
+        return {"transaction": {"entity": statement.reversal_entity(payout)}}
     return {"payout": {"entity": payout_entity(payout, with_fund_account=True)}}
 
 
@@ -925,51 +941,24 @@ def _fail(payout: Payout, now, reason: str) -> None:
     payout.status = "failed"
     payout.failed_ts = now
     _set_details(payout, *_reason(reason))
+    statement.credit_reversal(payout, now)  # the debit comes back, without a webhook
     _queue(payout, ["payout.failed"])
 
 
 def _reverse(payout: Payout, now, reason: str) -> None:
-    """-> ``reversed`` (UTR kept, NOTES §2.7); ``payout.reversed`` + ``transaction.created``
-    (reversal credit) queued, then any held events."""
+    """-> ``reversed`` (UTR kept, NOTES §2.7) with its reversal credit in the statement;
+    ``payout.reversed`` + ``transaction.created`` (that credit) queued, then any held
+    events. A ``silent`` reversal (fault ``razorpayx.reversal_statement_only``) queues only
+    the held events."""
     payout.status = "reversed"
     payout.reversed_ts = now
     _set_details(payout, *_reason(reason))
+    statement.credit_reversal(payout, now)
     held, payout.held_events = payout.held_events, []
-    _queue(payout, ["payout.reversed", "transaction.created"], held=held)
-
-
-def _reversal_transaction(payout: Payout) -> dict:
-    """The RazorpayX transaction of a reversal (``webhook_transaction_created_reversal.json``;
-    NOTES §2.6): credits amount + fees (fees include tax) back to our account. ``balance`` is
-    a sandbox figure: an opening balance less every payout still debited."""
-    credit = payout.amount + payout.fees
-    debited = (Payout.objects.using(DB).exclude(pk=payout.pk)
-               .filter(status__in=["processing", "processed"])
-               .aggregate(total=Sum("amount"), fees=Sum("fees")))
-    balance = OPENING_BALANCE - (debited["total"] or 0) - (debited["fees"] or 0)
-    created_at = int((payout.reversed_ts or timezone.now()).timestamp())
-    return {
-        "id": new_id("txn_"),
-        "entity": "transaction",
-        "account_number": payout.debit_account_number,
-        "amount": credit,
-        "currency": payout.currency,
-        "credit": credit,
-        "debit": 0,
-        "balance": balance,
-        "source": {
-            "id": new_id("rvrsl_"),
-            "entity": "reversal",
-            "payout_id": payout.id,
-            "amount": credit,
-            "fee": payout.fees,
-            "tax": payout.tax,
-            "currency": payout.currency,
-            "utr": payout.utr,
-            "created_at": created_at,
-        },
-        "created_at": created_at,
-    }
+    silent = bool((payout.faults.get("reverse") or {}).get("silent"))
+    names = [] if silent else ["payout.reversed", "transaction.created"]
+    if names or held:
+        _queue(payout, names, held=held)
 
 
 def _settle(payout: Payout, now) -> None:
@@ -1057,12 +1046,13 @@ def settle(*, payout_id: str, data) -> dict:
 
 
 def reset() -> None:
-    """Empty the RazorpayX tables (idempotency keys, payouts, fund account validations and
-    the validation accounts, fund accounts, contacts) and the RazorpayX webhooks (target
-    ``payouts``) of the shared outbox."""
+    """Empty the RazorpayX tables (statement and account, idempotency keys, payouts, fund
+    account validations and the validation accounts, fund accounts, contacts) and the
+    RazorpayX webhooks (target ``payouts``) of the shared outbox."""
     with transaction.atomic(using=DB):
         WebhookDelivery.objects.using(DB).filter(event__target="payouts").delete()
         WebhookEvent.objects.using(DB).filter(target="payouts").delete()
+        statement.reset()
         FundAccountValidation.objects.using(DB).all().delete()
         ValidationAccount.objects.using(DB).all().delete()
         PayoutIdempotencyKey.objects.using(DB).all().delete()

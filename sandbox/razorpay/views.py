@@ -16,7 +16,15 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 
-from sandbox.razorpay import payins, payouts, refunds, validations, webhooks
+from sandbox.razorpay import (
+    payins,
+    payouts,
+    refunds,
+    settlements,
+    statement,
+    validations,
+    webhooks,
+)
 from sandbox.razorpay.common import RazorpayError, check_basic_auth
 from sandbox.razorpay.models import WebhookEvent
 
@@ -195,6 +203,52 @@ def payouts_view(request):
 @_api("GET")
 def payout(request, payout_id: str):
     return JsonResponse(payouts.fetch_payout(payout_id))
+
+
+@_api("GET")
+def settlements_view(request):
+    """``GET /v1/settlements?from=&to=&count=&skip=`` (TREASURY §3.1)."""
+    return JsonResponse(settlements.list_settlements(params=request.GET))
+
+
+@_api("GET")
+def settlement(request, settlement_id: str):
+    return JsonResponse(settlements.get_settlement(settlement_id))
+
+
+@_api("GET")
+def settlement_recon(request):
+    """``GET /v1/settlements/recon/combined?year=&month=&day=&count=&skip=`` (TREASURY
+    §3.2)."""
+    return JsonResponse(settlements.recon(params=request.GET))
+
+
+@_api("GET")
+def banking_balances(request):
+    """``GET /v1/banking_balances`` (RazorpayX, TREASURY §4.2)."""
+    return JsonResponse(statement.banking_balances(params=request.GET,
+                                                   account_number=payouts.account_number()))
+
+
+@_api("GET")
+def transactions(request):
+    """``GET /v1/transactions?account_number=&from=&to=&count=&skip=`` (RazorpayX account
+    statement, TREASURY §5)."""
+    return JsonResponse(statement.list_transactions(params=request.GET,
+                                                    account_number=payouts.account_number()))
+
+
+@_api("GET")
+def transaction_view(request, transaction_id: str):
+    return JsonResponse(statement.get_transaction(transaction_id))
+
+
+@_api("POST", auth=False)
+def sandbox_topup(request):
+    """``POST /razorpay/sandbox/banking_balances/topup {"amount": paise, ...}``: funds added
+    to our RazorpayX account (body in ``statement.top_up``)."""
+    return JsonResponse(statement.top_up(data=_json_body(request),
+                                         account_number=payouts.account_number()))
 
 
 @_api("GET", "POST", "PUT", "PATCH", "DELETE")
