@@ -74,6 +74,7 @@ from anchor.models import (
 )
 from common.console import OperationRefused, operator_name
 from common.locks import try_session_lock
+from ledger import chart
 
 log = logging.getLogger(__name__)
 S = DepositRefund.Status
@@ -347,7 +348,14 @@ def _apply_entity(refund: DepositRefund, entity: dict) -> DepositRefund:
               "last_error": ""}
     if target == S.PROCESSED:
         fields["processed_at"] = timezone.now()
-    if DepositRefund.transition(refund.pk, sources, target, **fields):
+    with transaction.atomic():
+        moved = DepositRefund.transition(refund.pk, sources, target, **fields)
+        if moved and target == S.PROCESSED:
+            # The books, in the transaction of the state change (ledger/chart.py).
+            chart.deposit_refunded(refund_id=refund.pk, payment_id=refund.payment_id,
+                                   transaction_id=refund.transaction_id,
+                                   amount=chart.rupees(refund.amount_paise))
+    if moved:
         log.info("deposit refund %s: %s (%s)", refund.pk, target, entity["id"])
         if target == S.PROCESSED:
             limits.release(refund.transaction_id)  # the rupees went back: off the limits

@@ -294,6 +294,7 @@ OPERATOR_ONLY = [
     r"can never land|included but failed|tx_failed",
     r"deadline|expired",
     r"settlement window",  # the provider never finalised it: a person calls the bank
+    r"second payment|overpaid",  # the wallet paid more than asked: a person sends it back
 ]
 
 

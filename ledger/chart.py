@@ -123,6 +123,21 @@ def _captured(payment_id: str, transaction_id: str, amount_in: Decimal) -> Entry
         reference=transaction_id)
 
 
+def deposit_refunded(*, refund_id: int, payment_id: str, transaction_id: str,
+                     amount: Decimal, precondition: Precondition | None = None) -> Entry:
+    """A deposit's INR sent back through Razorpay's refunds API (anchor/refunds.py, the
+    refund's move to ``processed``): Dr ``owed:deposits`` / Cr ``razorpay:pending``,
+    ``amount`` INR (the refund's paise). The capture is booked first if it never was (a
+    payment confirmed before the books existed). Key ``deposit_refund:<refund row id>``,
+    reference the AP id."""
+    specs = [] if posted(deposit_captured_key(payment_id)) else [
+        _captured(payment_id, transaction_id, amount)]
+    specs.append(EntrySpec(f"deposit_refund:{refund_id}", "deposit.refunded", _lines(
+        (OWED_DEPOSITS, INR, amount), (RAZORPAY_PENDING, INR, -amount)),
+        reference=transaction_id))
+    return _post(specs, precondition)[-1]
+
+
 def deposit_released(*, transaction_id: str, payment_id: str | None, amount_in: Decimal,
                      fee: Decimal, amount_out: Decimal,
                      precondition: Precondition | None = None) -> Entry:

@@ -820,7 +820,8 @@ def withdrawal_refund_on_chain(*, request_id: int, operator, note: str) -> Withd
                    detail={"status": existing.status, "tx_hash": existing.tx_hash,
                            "last_error": existing.last_error})
         return refunds.refund_drive(refund_id=existing.pk, resumed=True)
-    return _refund_store(request_id, operator=operator, note=note, event="withdrawal.refund")
+    return _refund_store(request_id, operator=operator, note=note,
+                         event=f"{request.kind}.refund")
 
 
 def refund_for_good(*, request_id: int, reason: str) -> WithdrawalRefund | None:
@@ -864,6 +865,10 @@ def _refund_store(request_id: int, *, operator, note: str, event: str) -> Withdr
                     (payout is None) != (check.payout is None)) or (
                     payout is not None and payout.status != check.payout.status):
                 raise OperationRefused("the withdrawal changed since it was checked")
+            if WithdrawalRefund.objects.filter(transaction_id=current.transaction_id).exists():
+                # Another tab's refund won the request's lock first (the second new-user
+                # trial saw "no channel free" here, which invites a retry).
+                raise OperationRefused("a refund exists already")
             if receive and current.status != R.MANUAL_REVIEW:
                 # A receive whose payout failed: the poller never pays a request in
                 # review, and the refund it now has refuses any new attempt.

@@ -17,6 +17,8 @@ from django.db import connection
 from anchor import operations, platform, refunds, releases, tasks
 from anchor.models import ApTransactionEvent, DepositPayment, DepositRefund, InboundEvent
 from common.console import OperationRefused
+from ledger import chart
+from ledger.models import Entry
 from sagas.models import ReviewItem
 from tests.flows import (
     Customer,
@@ -128,6 +130,19 @@ def test_operator_refund_is_one_razorpay_refund_and_ap_refunded(sbx, operator):
     with pytest.raises(OperationRefused, match="refunded already"):
         operations.deposit_refund(transaction_id=transaction_id, operator=operator,
                                   note="again")
+    _assert_booked_back(transaction_id, refund)
+
+
+def _assert_booked_back(transaction_id: str, refund) -> None:
+    """The books (ledger/chart.py): the refund's entry clears what the capture owed, in
+    the transaction of its move to processed (found by the second new-user trial: the
+    INR went back and owed:deposits still showed it)."""
+    entry = Entry.objects.get(idempotency_key=f"deposit_refund:{refund.pk}")
+    lines = {(p.account.code, p.account.currency, p.amount) for p in entry.postings.all()}
+    rupees = chart.rupees(refund.amount_paise)
+    assert lines == {("owed:deposits", "INR", rupees), ("razorpay:pending", "INR", -rupees)}
+    assert chart.owed_amount(account="owed:deposits", currency="INR",
+                             reference=transaction_id) == 0
 
 
 def test_lost_answer_is_recovered_by_listing_never_a_second_refund(sbx, operator):
@@ -209,6 +224,7 @@ def test_payment_captured_after_ap_expired_is_refunded_and_queued(sbx):
     kinds = set(ReviewItem.objects.filter(reference=transaction_id)
                 .values_list("kind", flat=True))
     assert kinds == {"refund"}
+    _assert_booked_back(transaction_id, refund)
 
 
 def test_an_operator_cannot_refund_a_released_deposit(sbx, operator, client):

@@ -305,6 +305,9 @@ class _Campaign:
             for name, why in sorted(UNREACHABLE.items()):
                 if name in self.catalogue:
                     self.say(f"chaos: switched on but cannot fire here: {name} ({why})")
+            for name, why in sorted(NOT_IN_TRAFFIC.items()):
+                if name in self.catalogue:
+                    self.say(f"chaos: switched on, no traffic drives it yet: {name} ({why})")
             for seed in range(self.o["seed"], self.o["seed"] + self.o["seeds"]):
                 result = self.run_seed(seed)
                 results.append(result)
