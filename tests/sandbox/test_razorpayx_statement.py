@@ -1,7 +1,7 @@
 """The RazorpayX account statement and balance of the sandbox, and Corridor's read clients
 for them (razorpay/TREASURY.md §4.2, §5), over real HTTP.
 
-Payouts are made through ``tests.sandbox.test_razorpayx``'s helpers; its ``receiver``
+Payouts are made through ``tests.sandbox.razorpayx_calls``; its ``receiver``
 fixture records their webhooks, sets the settle delay to 0.2 s and waits on the way out
 until every payout of the test is at rest. Tests run one after another in a session, so
 the balance moves only by this test's rows while it runs.
@@ -18,7 +18,8 @@ from anchor import razorpay as rzp
 from payouts import statement as client
 from sandbox.razorpay.payouts import fee_and_tax
 from tests.flows import wait_for
-from tests.sandbox.test_razorpayx import (
+from tests.sandbox import razorpayx_calls
+from tests.sandbox.razorpayx_calls import (
     ACCOUNT_NUMBER,
     api,
     bank_account,
@@ -28,11 +29,16 @@ from tests.sandbox.test_razorpayx import (
     events,
     get_payout,
     received,
-    receiver,  # noqa: F401 - fixture
     reference,
     status_of,
     vpa_account,
 )
+
+
+@pytest.fixture
+def receiver(settings, clean_sandbox):
+    """The recording webhook receiver (tests/sandbox/razorpayx_calls.py)."""
+    yield from razorpayx_calls.receiving(settings, clean_sandbox)
 
 # docs api/x/transactions/entity and fetch-all (no reference payload file holds a payout
 # or bank transfer row): keys in the docs' order

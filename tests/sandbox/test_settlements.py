@@ -19,13 +19,19 @@ import pytest
 from anchor import razorpay as rzp
 from sandbox.razorpay.payins import fee_and_tax
 from tests.flows import wait_for
-from tests.sandbox.test_razorpay import (
+from tests.sandbox import razorpay_calls
+from tests.sandbox.razorpay_calls import (
     auth,
     error,
     paid_order,
-    receiver,  # noqa: F401 - fixture
     reference,
 )
+
+
+@pytest.fixture
+def receiver(settings, clean_sandbox):
+    """The recording webhook receiver (tests/sandbox/razorpay_calls.py)."""
+    yield from razorpay_calls.receiving(settings, clean_sandbox)
 
 IST = ZoneInfo("Asia/Kolkata")
 CYCLE_S = 1
