@@ -633,8 +633,11 @@ class _Campaign:
                                          "pending_customer_info_update")
 
         def pay() -> None:
-            txn = anchor.wait_for_status(started.transaction_id, timeout=60)
-            if landed():
+            # Corridor may refuse a remittance before asking for its USDC (AP ``error``:
+            # counted as inbound_rejected by the invariants, not a driver failure).
+            txn = anchor.wait_for_status(started.transaction_id, (
+                "pending_sender", "error", "expired"), timeout=60)
+            if txn["status"] != "pending_sender" or landed():
                 return
             try:
                 anchor.pay(txn)
