@@ -679,29 +679,34 @@ def _account_failure(fund_account: FundAccount) -> str | None:
             .values_list("payout_failure", flat=True).first())
 
 
-def _claim(key: str, request_hash: str) -> PayoutIdempotencyKey | None:
-    """Claim ``key`` for this request (committed at once). Returns None when claimed, or the
-    existing claim of an earlier request. An in-flight claim that never got its payout and
-    is older than ``IN_FLIGHT_LEASE`` (its request died) is taken over."""
+def claim_key(model, key: str, request_hash: str, entity: str, in_progress):
+    """Claim idempotency ``key`` for this request in ``model`` (a key table whose row has
+    ``in_flight``, ``created_ts`` and a nullable foreign key ``entity``: the payout or
+    refund it made), committed at once. Returns None when claimed now, or the existing
+    claim of an earlier request. An in-flight claim that never got its entity and is
+    older than ``IN_FLIGHT_LEASE`` (its request died) is taken over. Raises
+    ``in_progress()`` after three lost races. Payouts and refunds share it."""
+    rows = model.objects.using(DB)
     for _ in range(3):
         try:
             with transaction.atomic(using=DB):
-                PayoutIdempotencyKey.objects.using(DB).create(
-                    key=key, request_hash=request_hash, created_ts=timezone.now()
-                )
+                rows.create(key=key, request_hash=request_hash, created_ts=timezone.now())
             return None
         except IntegrityError:
-            existing = PayoutIdempotencyKey.objects.using(DB).filter(key=key).first()
+            existing = rows.filter(key=key).first()
             if existing is None:  # released meanwhile by a refused request
                 continue
-            if (existing.in_flight and existing.payout_id is None
+            if (existing.in_flight and getattr(existing, f"{entity}_id") is None
                     and existing.created_ts < timezone.now() - IN_FLIGHT_LEASE):
-                PayoutIdempotencyKey.objects.using(DB).filter(
-                    key=key, in_flight=True, payout__isnull=True,
-                    created_ts=existing.created_ts).delete()
+                rows.filter(key=key, in_flight=True, created_ts=existing.created_ts,
+                            **{f"{entity}__isnull": True}).delete()
                 continue
             return existing
-    raise _in_progress()
+    raise in_progress()
+
+
+def _claim(key: str, request_hash: str) -> PayoutIdempotencyKey | None:
+    return claim_key(PayoutIdempotencyKey, key, request_hash, "payout", _in_progress)
 
 
 def _in_progress() -> RazorpayError:

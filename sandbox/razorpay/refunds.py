@@ -58,13 +58,13 @@ import secrets
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Sum
 from django.http import JsonResponse
 from django.utils import timezone
 
 from sandbox.control import faults
-from sandbox.razorpay import payins, webhooks
+from sandbox.razorpay import payins, payouts, webhooks
 from sandbox.razorpay.common import RazorpayError, new_id, server_error
 from sandbox.razorpay.models import (
     Payment,
@@ -77,7 +77,6 @@ from sandbox.razorpay.models import (
 DB = "sandbox"
 IDEMPOTENCY_HEADER = "X-Refund-Idempotency"
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_\-]{10,100}")  # TREASURY §2.1 (upper bound: ours)
-IN_FLIGHT_LEASE = timedelta(seconds=120)
 REFUND_FIELDS = {"amount", "speed", "receipt", "notes"}
 SPEEDS = {"normal", "optimum"}
 MIN_AMOUNT = 100  # paise: "The amount must be at least INR 1.00" (normal refunds)
@@ -190,27 +189,7 @@ def _request_hash(payment_id: str, data) -> str:
 
 
 def _claim(key: str, request_hash: str) -> RefundIdempotencyKey | None:
-    """Claim ``key`` (committed at once): None when claimed now, else the earlier claim.
-    An in-flight claim that never got its refund and is older than IN_FLIGHT_LEASE (its
-    request died) is taken over."""
-    for _ in range(3):
-        try:
-            with transaction.atomic(using=DB):
-                RefundIdempotencyKey.objects.using(DB).create(
-                    key=key, request_hash=request_hash, created_ts=timezone.now())
-            return None
-        except IntegrityError:
-            existing = RefundIdempotencyKey.objects.using(DB).filter(key=key).first()
-            if existing is None:
-                continue
-            if (existing.in_flight and existing.refund_id is None
-                    and existing.created_ts < timezone.now() - IN_FLIGHT_LEASE):
-                RefundIdempotencyKey.objects.using(DB).filter(
-                    key=key, in_flight=True, refund__isnull=True,
-                    created_ts=existing.created_ts).delete()
-                continue
-            return existing
-    raise _in_progress()
+    return payouts.claim_key(RefundIdempotencyKey, key, request_hash, "refund", _in_progress)
 
 
 def _in_progress() -> RazorpayError:
