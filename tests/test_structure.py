@@ -31,7 +31,7 @@ from django.apps import apps
 
 from tests.conftest import ROOT
 
-APPS = ("anchor", "payouts", "sagas", "ledger")
+APPS = ("anchor", "payouts", "sagas", "ledger", "treasury")
 TESTS = ROOT / "tests"
 FLOWS = TESTS / "flows.py"
 SKIP_DIRS = {".venv", ".git", ".devservices", "test-artifacts", "node_modules",

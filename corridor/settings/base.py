@@ -68,6 +68,7 @@ INSTALLED_APPS = [
     "anchor",
     "payouts",
     "sagas",
+    "treasury",
 ]
 
 MIDDLEWARE = [
