@@ -255,20 +255,32 @@ class SendingAnchor:
                 raise SenderError(f"{txn['id']}: payment refused: {exc}") from exc
         return hashes
 
-    def received(self, memo: str) -> list[dict]:
-        """USDC payments into the SA's account whose transaction carries the id memo
-        ``memo``, newest first: what a receiving anchor sent back (its refund carries the
-        refund memo, which AP 4.3.0 sets to the payment's memo, SEP31-RECEIVE.md §3.3).
-        Each: ``hash``, ``from``, ``amount`` (Decimal). Raises SenderError."""
+    def sent(self, memo: str) -> list[dict]:
+        """USDC payments out of the SA's account whose transaction carries the id memo
+        ``memo``: whether the SA's own payment landed, whatever AP's status says (after
+        a 504 its status may still be ``pending_sender``, or already past it, or
+        ``refunded``). Each: ``hash``, ``to``, ``amount`` (Decimal). Raises SenderError."""
+        return [{"hash": r["hash"], "to": r["to"], "amount": r["amount"]}
+                for r in self._payments(memo, incoming=False)]
+
+    def _payments(self, memo: str, *, incoming: bool) -> list[dict]:
         records = self._checked(self.http.get(
             f"/horizon/accounts/{self.account}/payments",
             params={"order": "desc", "limit": 200, "join": "transactions"}),
             "GET payments")["_embedded"]["records"]
-        return [{"hash": r["transaction_hash"], "from": r["from"],
+        side = "to" if incoming else "from"
+        return [{"hash": r["transaction_hash"], "from": r["from"], "to": r["to"],
                  "amount": Decimal(r["amount"])} for r in records
-                if r.get("type") == "payment" and r.get("to") == self.account
+                if r.get("type") == "payment" and r.get(side) == self.account
                 and r.get("asset_code") == "USDC"
                 and (r.get("transaction") or {}).get("memo") == str(memo)]
+
+    def received(self, memo: str) -> list[dict]:
+        """USDC payments into the SA's account whose transaction carries the id memo
+        ``memo``, newest first: what a receiving anchor sent back (its refund carries the
+        refund memo, which AP 4.3.0 sets to the payment's memo, SEP31-RECEIVE.md §3.3).
+        Each: ``hash``, ``from``, ``to``, ``amount`` (Decimal). Raises SenderError."""
+        return self._payments(memo, incoming=True)
 
     # ------------------------------------------------------------------ the whole path
 

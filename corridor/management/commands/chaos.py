@@ -627,23 +627,27 @@ class _Campaign:
         with self.lock:
             self.inbound.append(started.transaction_id)
 
-        def landed() -> bool:
-            txn = anchor.transaction(started.transaction_id)
-            return txn["status"] not in ("pending_receiver", "pending_sender",
-                                         "pending_customer_info_update")
+        def landed(txn: dict) -> bool:
+            # The chain, not AP's status: after a 504 that applied, AP may still say
+            # pending_sender, or be past it (pending_receiver again, even refunded).
+            memo = txn.get("stellar_memo")
+            return bool(memo) and bool(anchor.sent(memo))
 
         def pay() -> None:
             # Corridor may refuse a remittance before asking for its USDC (AP ``error``:
             # counted as inbound_rejected by the invariants, not a driver failure).
+            txn = anchor.transaction(started.transaction_id)
+            if landed(txn):
+                return
             txn = anchor.wait_for_status(started.transaction_id, (
-                "pending_sender", "error", "expired"), timeout=60)
-            if txn["status"] != "pending_sender" or landed():
+                "pending_sender", "error", "expired", "refunded", "completed"), timeout=60)
+            if txn["status"] != "pending_sender" or landed(txn):
                 return
             try:
                 anchor.pay(txn)
             except Exception:
                 time.sleep(2)  # a 504 after apply or a dropped submit: did it land?
-                if not landed():
+                if not landed(txn):
                     raise
 
         self._step(pay, patience_s=90.0)
