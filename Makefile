@@ -23,8 +23,10 @@ $(STAMP): requirements.txt requirements-dev.txt
 run: $(STAMP)
 	$(DEV) run -- $(BIN)/python scripts/run_dev.py
 
+# The suite in TEST_WORKERS processes (pytest-xdist; whole files per worker); 0: one.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(DEV) run -- $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(DEV) run -- $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(DEV) run -- $(BIN)/python manage.py demo $(DEMO_ARGS)

@@ -20,9 +20,15 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT.parent / "shared" / "reference"
 ARTIFACTS = ROOT / "test-artifacts"
 
-# Tests use Redis database 1 so a `make run` on the same machine keeps db 0.
-if os.environ.get("CELERY_BROKER_URL", "").endswith("/0"):
-    os.environ["CELERY_BROKER_URL"] = os.environ["CELERY_BROKER_URL"][:-2] + "/1"
+# Tests use Redis database 1 so a `make run` on the same machine keeps db 0; under
+# pytest-xdist worker gwN uses database 1 + N, so one worker's Celery never runs
+# another's tasks (against the other's test database). pytest-django gives each worker
+# its own test databases (suffix _gwN).
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_broker = os.environ.get("CELERY_BROKER_URL", "")
+if _broker.endswith("/0"):
+    _index = int(XDIST_WORKER[2:]) if XDIST_WORKER.startswith("gw") else 0
+    os.environ["CELERY_BROKER_URL"] = f"{_broker[:-2]}/{1 + _index}"
 
 FAST_TIMINGS = {
     "RECONCILER_PERIOD_S": 1.0,
@@ -158,7 +164,7 @@ def sandbox(live_server, django_db_blocker) -> Sandbox:
         "SANDBOX_WEBHOOK_URL": f"{live_server.url}/webhooks/razorpay",
     }
     ARTIFACTS.mkdir(exist_ok=True)
-    log_path = ARTIFACTS / f"sandbox{os.environ.get('TEST_DB_SUFFIX', '')}.log"
+    log_path = ARTIFACTS / f"sandbox{os.environ.get('TEST_DB_SUFFIX', '')}{XDIST_WORKER}.log"
     log = open(log_path, "w")  # noqa: SIM115 - closed at teardown
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "sandbox", "--addr", f"127.0.0.1:{port}",

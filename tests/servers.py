@@ -71,7 +71,8 @@ class Process:
 def spawn(name: str, argv: list[str], env: dict[str, str]) -> Process:
     """Start ``argv`` in its own process group, output to test-artifacts/<name>.log."""
     ARTIFACTS.mkdir(exist_ok=True)
-    log_path = ARTIFACTS / f"{name}{os.environ.get('TEST_DB_SUFFIX', '')}.log"
+    log_path = ARTIFACTS / (f"{name}{os.environ.get('TEST_DB_SUFFIX', '')}"
+                            f"{os.environ.get('PYTEST_XDIST_WORKER', '')}.log")
     log = open(log_path, "w")  # noqa: SIM115 - closed by Process.stop
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
