@@ -17,6 +17,7 @@ from tests.conftest import ROOT
 @pytest.mark.parametrize("path, content_type, marker", [
     ("/static/sep24/sep24.css", "text/css", b"--brand:"),
     ("/static/sep24/sep24.js", "text/javascript", b"sep24js"),
+    ("/static/sep24/favicon.svg", "image/svg+xml", b"<svg"),
     ("/static/admin/css/base.css", "text/css", b"--body-bg"),
     ("/static/admin/js/core.js", "text/javascript", b"function"),
 ])

@@ -669,7 +669,15 @@ class _Campaign:
         from anchor import platform
         from anchor.models import DepositRelease
         from payouts.models import WithdrawalPayout, WithdrawalRefund, WithdrawalRequest
+        from payouts.receive import failed_for_good
         from sagas.models import Saga
+
+        def refund_due(request) -> bool:
+            # A payout that failed for good is refunded by policy (payouts/receive.py): the
+            # poller's next pass stores the refund; until then the flow is not settled.
+            return request is not None and bool(failed_for_good(request)) and \
+                not WithdrawalRefund.objects.filter(
+                    transaction_id=request.transaction_id).exists()
 
         open_items = []
         for transaction_id in self.deposits:
@@ -683,6 +691,9 @@ class _Campaign:
         for transaction_id in self.withdrawals:
             payout = WithdrawalPayout.objects.filter(transaction_id=transaction_id).first()
             request = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
+            if refund_due(request):
+                open_items.append(f"withdrawal {transaction_id}: failed for good, no refund")
+                continue
             if request is not None and request.status == "manual_review":
                 continue
             if payout is not None and payout.status == "completed" and payout.ap_completed_at:
@@ -703,6 +714,9 @@ class _Campaign:
             if refund is not None:
                 if refund.status in ("submitting", "submitted"):
                     open_items.append(f"inbound {transaction_id}: refund {refund.status}")
+                continue
+            if refund_due(request):
+                open_items.append(f"inbound {transaction_id}: failed for good, no refund")
                 continue
             if ap_status in ("error", "refunded", "completed") and (
                     payout is None or payout.ap_completed_at or payout.status != "completed"):
