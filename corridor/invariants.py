@@ -99,6 +99,41 @@ def deposit_figures(sandbox, deposits: dict[str, str]) -> Figures:
     return out
 
 
+def late_deposit_figures(sandbox, deposits: dict[str, str]) -> Figures:
+    """Deposits paid after AP expired them (``deposits``: AP transaction id -> the
+    wallet address it would have paid): each captured payment refunded through Razorpay
+    exactly once (counted on the sandbox's refunds of that payment), no USDC ever sent,
+    AP left ``expired`` (AP cannot move an expired deposit, issue 13 §3)."""
+    from anchor import platform
+    from anchor.models import DepositPayment, DepositRefund
+
+    out = Figures(counts={"late_deposits": len(deposits), "refunds_inr": 0,
+                          "double_refunds": 0})
+    for transaction_id, address in deposits.items():
+        payment = DepositPayment.objects.filter(transaction_id=transaction_id).first()
+        refund = DepositRefund.objects.filter(transaction_id=transaction_id).first()
+        made = [] if payment is None else sandbox.http.get(
+            "/razorpay/sandbox/refunds", params={"payment_id": payment.payment_id}
+        ).json()["refunds"]
+        if len(made) > 1:
+            out.add("double_refunds", len(made) - 1)
+            out.violations.append(f"double_refund deposit {transaction_id}: "
+                                  f"{len(made)} Razorpay refunds")
+        out.add("refunds_inr", sum(1 for r in made if r.get("status") == "processed"))
+        if payment is not None and (refund is None or not made):
+            out.violations.append(f"late deposit {transaction_id}: INR captured, "
+                                  f"refund {refund and refund.status}, {len(made)} made")
+        if refund is not None and made and refund.refund_id != made[0]["id"]:
+            out.violations.append(f"late deposit {transaction_id}: our refund "
+                                  f"{refund.refund_id}, Razorpay's {made[0]['id']}")
+        if _usdc_payments_to(sandbox, address):
+            out.violations.append(f"stray_payment late deposit {transaction_id}: USDC sent")
+        status = (platform.get_transaction(transaction_id) or {}).get("status")
+        if status != "expired":
+            out.violations.append(f"late deposit {transaction_id}: AP {status}, not expired")
+    return out
+
+
 def _payouts_made(sandbox, ids: list[str], out: Figures, *, key: str,
                   what: str) -> dict[str, int]:
     """RazorpayX payouts per transaction id, as the sandbox holds them; each one beyond
@@ -257,12 +292,15 @@ def books() -> Figures:
 def stranded(age_s: float) -> dict[str, int]:
     """Money that stopped moving: per kind, rows not terminal and unchanged for
     ``age_s`` seconds (an operator's queue is terminal for this purpose)."""
-    from anchor.models import DepositPayment, DepositRelease
+    from anchor.models import DepositPayment, DepositRefund, DepositRelease
     from payouts.models import WithdrawalPayout, WithdrawalRefund, WithdrawalRequest
     from sagas.models import Saga
 
     before = timezone.now() - timedelta(seconds=age_s)
-    confirmed = DepositPayment.objects.filter(confirmation="confirmed", created_at__lt=before)
+    # A payment being refunded (captured after AP expired its deposit) is its refund's.
+    confirmed = DepositPayment.objects.filter(confirmation="confirmed", created_at__lt=before
+                                              ).exclude(transaction_id__in=DepositRefund.objects
+                                                        .values("transaction_id"))
     released = DepositRelease.objects.values("transaction_id")
     return {
         "releases": DepositRelease.objects.filter(status__in=DepositRelease.OPEN_STATUSES,
@@ -271,6 +309,8 @@ def stranded(age_s: float) -> dict[str, int]:
                                                    updated_at__lt=before).count(),
         "refunds": WithdrawalRefund.objects.filter(status__in=("submitting", "submitted"),
                                                    updated_at__lt=before).count(),
+        "deposit_refunds": DepositRefund.objects.filter(
+            status__in=("requested", "pending", "processed"), updated_at__lt=before).count(),
         "sagas": Saga.objects.filter(status__in=Saga.OPEN_STATUSES,
                                      updated_at__lt=before).count(),
         "captured_not_notified": confirmed.filter(ap_notified_at__isnull=True).count(),

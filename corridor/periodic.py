@@ -199,6 +199,8 @@ def registry() -> dict[str, PeriodicQuery]:
     # kind -> (table, its index, other indexes whose condition covers the query's,
     # indexes the query probes on other tables).
     stranded_indexes = {
+        # A payment being refunded is its refund's: an anti-join on deposit_refunds'
+        # unique transaction_id, probed per open payment (either of its two indexes).
         "captured_not_notified": ("deposit_payments", "deposit_payments_unnot_idx", (), ()),
         "confirmed_not_released": ("deposit_payments", "deposit_payments_unrel_idx", (), ()),
         "release_open": ("deposit_releases", "deposit_releases_open_idx", (), ()),
@@ -206,6 +208,7 @@ def registry() -> dict[str, PeriodicQuery]:
         "payout_processing": ("withdrawal_payouts", "withdrawal_payouts_open_idx",
                               ("withdrawal_payouts_poll_idx",), ()),
         "refund_open": ("withdrawal_refunds", "withdrawal_refunds_open_idx", (), ()),
+        "deposit_refund_open": ("deposit_refunds", "deposit_refunds_open_idx", (), ()),
         "saga_unleased": ("sagas", "sagas_due_idx", (), ()),
         # The owning withdrawal, probed per open receipt (module docstring).
         "receipt_unconsumed": ("stellar_receipts", "stellar_receipts_open_idx", (),

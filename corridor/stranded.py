@@ -11,7 +11,9 @@ the open rows, so the cost follows the open rows, not the table:
 
 - ``captured_not_notified``: captured INR Corridor confirmed with Razorpay, AP never
   accepted ``notify_offchain_funds_received`` for it, confirmed more than
-  STRANDED_NOTIFY_S ago, not raised yet (``deposit_payments_unnot_idx``; owner: the
+  STRANDED_NOTIFY_S ago, not raised yet, and not being refunded (a payment captured
+  after AP expired its deposit is owned by its refund, ``anchor/refunds.py``, and then
+  by the queue; found by ``make chaos``) (``deposit_payments_unnot_idx``; owner: the
   notify sweeper, ``anchor.reconciler.sweep_unnotified``);
 - ``confirmed_not_released``: confirmed and AP told (AP ``pending_anchor``) more than
   STRANDED_RELEASE_S ago, and no release claimed (``deposit_payments_unrel_idx``;
@@ -25,6 +27,11 @@ the open rows, so the cost follows the open rows, not the table:
 - ``refund_open``: a refund on chain (a withdrawal's or a receipt's) ``submitting`` /
   ``submitted`` for more than STRANDED_REFUND_S (``withdrawal_refunds_open_idx``;
   owner: the refund sweep);
+- ``deposit_refund_open``: a deposit's INR refund through Razorpay ``requested`` /
+  ``pending`` / ``processed`` and untouched for more than STRANDED_REFUND_S
+  (``deposit_refunds_open_idx``; owner: the deposit refund sweep,
+  ``anchor.refunds.sweep_refunds``; found by ``make chaos``: a refund whose create
+  answered 5xx sat ``requested`` while its sweep ran once a minute);
 - ``saga_unleased``: a saga ``running`` / ``compensating``, due for more than
   STRANDED_SAGA_S, with no live lease (``sagas_due_idx``; owner: the resume sweep);
 - ``receipt_unconsumed``: a USDC receipt not settled, not raised for review, older
@@ -44,12 +51,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import CharField, Q, QuerySet, Value
+from django.db.models import CharField, Exists, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
 KINDS = ("captured_not_notified", "confirmed_not_released", "release_open",
-         "payout_processing", "refund_open", "saga_unleased", "receipt_unconsumed")
+         "payout_processing", "refund_open", "deposit_refund_open", "saga_unleased",
+         "receipt_unconsumed")
 
 
 def stranded_thresholds() -> dict[str, float]:
@@ -62,6 +70,7 @@ def stranded_thresholds() -> dict[str, float]:
         "payout_processing": settings.PAYOUT_SETTLEMENT_WINDOW_S
         + 2 * settings.WITHDRAW_POLL_PERIOD_S,
         "refund_open": settings.STRANDED_REFUND_S,
+        "deposit_refund_open": settings.STRANDED_REFUND_S,
         "saga_unleased": settings.STRANDED_SAGA_S,
         "receipt_unconsumed": settings.STRANDED_RECEIPT_S,
     }
@@ -69,7 +78,7 @@ def stranded_thresholds() -> dict[str, float]:
 
 def stranded_queries() -> dict[str, QuerySet]:
     """kind -> the queryset of its stranded rows, now (one SQL query each)."""
-    from anchor.models import DepositPayment, DepositRelease
+    from anchor.models import DepositPayment, DepositRefund, DepositRelease
     from anchor.reconciler import unnotified_payments
     from payouts import receipts, refunds
     from payouts.models import WithdrawalPayout, WithdrawalRefund, WithdrawalRequest
@@ -91,7 +100,9 @@ def stranded_queries() -> dict[str, QuerySet]:
     owned_same_type = owning.values(key=_memo_key())
     return {
         "captured_not_notified": unnotified_payments().filter(
-            confirmed_at__lt=limit["captured_not_notified"], notify_review_at__isnull=True),
+            confirmed_at__lt=limit["captured_not_notified"], notify_review_at__isnull=True
+        ).exclude(Exists(DepositRefund.objects.filter(transaction_id=OuterRef(
+            "transaction_id")))),
         "confirmed_not_released": DepositPayment.objects.filter(
             confirmation=DepositPayment.Confirmation.CONFIRMED, ap_notified_at__isnull=False,
             release_claimed_at__isnull=True,
@@ -105,6 +116,8 @@ def stranded_queries() -> dict[str, QuerySet]:
             clock_started_at__lt=limit["payout_processing"]),
         "refund_open": WithdrawalRefund.objects.filter(
             status__in=refunds.OPEN, created_at__lt=limit["refund_open"]),
+        "deposit_refund_open": DepositRefund.objects.filter(
+            status__in=DepositRefund.OPEN_STATUSES, updated_at__lt=limit["deposit_refund_open"]),
         "saga_unleased": Saga.objects.filter(
             status__in=["running", "compensating"], wake_at__lt=limit["saga_unleased"]
         ).filter(Q(lease_owner="") | Q(lease_until__lte=now)),

@@ -70,7 +70,12 @@ def test_fixed_seed_campaign_finds_no_violation():
     catalogue = re.search(r"catalogue=(\d+) faults", out).group(1)
     unreachable = out.count("switched on but cannot fire here:") + \
         out.count("no traffic drives it yet:")
-    assert int(fired) == int(catalogue) - unreachable, out[-4000:]
+    sometimes = out.count("traffic may not meet it:")
+    assert sometimes == 7, out[:4000]  # the deposit refunds' faults
+    assert int(catalogue) - unreachable - sometimes <= int(fired) <= \
+        int(catalogue) - unreachable, out[-4000:]
+    # The late deposit's INR goes back once (or its refund failed at Razorpay: queued).
+    assert re.search(r" late_deposits=1 refunds_inr=[01] double_refunds=0 ", last), last
 
 
 def test_campaign_with_the_payout_guard_off_finds_a_violation():

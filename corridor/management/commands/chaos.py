@@ -79,6 +79,7 @@ CHAOS_TIMINGS = {
     "WITHDRAW_SHORT_GRACE_S": "5", "PAYOUT_UNKNOWN_REVIEW_S": "20",
     "SAGA_RESUME_PERIOD_S": "1", "SAGA_LEASE_S": "5", "ENVELOPE_UNKNOWN_REVIEW_S": "20",
     "REFUND_SWEEP_AGE_S": "2", "REFUND_SWEEP_PERIOD_S": "1", "INBOUND_SWEEP_PERIOD_S": "1",
+    "DEPOSIT_REFUND_SWEEP_AGE_S": "2", "DEPOSIT_REFUND_SWEEP_PERIOD_S": "1",
     "REMITTANCE_ERROR_REFUND_GRACE_S": "4", "REMITTANCE_REFUND_DEADLINE_S": "25",
     "SANDBOX_PAYOUT_SETTLE_S": "0.5", "SANDBOX_ANCHOR31_STEP_S": "0.3",
     "ANCHOR31_TIMEOUT_S": "3",
@@ -132,6 +133,9 @@ class Command(BaseCommand):
         parser.add_argument("--remittances", type=int, default=3)
         parser.add_argument("--inbound", type=int, default=2,
                             help="SEP-31 remittances a foreign sending anchor sends in")
+        parser.add_argument("--late-deposits", type=int, default=1,
+                            help="deposits paid after AP expired them: Corridor refunds "
+                                 "the INR through Razorpay (anchor/refunds.py)")
         parser.add_argument("--traffic", type=float, default=14.0, help="traffic window, s")
         parser.add_argument("--settle", type=float, default=25.0, help="settle time, s")
         parser.add_argument("--driver-patience", type=float, default=120.0,
@@ -164,7 +168,7 @@ class Command(BaseCommand):
 @dataclass
 class _Event:
     at: float
-    kind: str  # "fault" | "process" | "deposit" | "withdrawal" | "remittance"
+    kind: str  # "fault" | "process" | "deposit" | "late_deposit" | "withdrawal" | ...
     name: str
     times: int | None = None
 
@@ -184,14 +188,15 @@ class _SeedResult:
 
 def schedule(seed: int, catalogue: list[str], *, traffic_s: float, deposits: int,
              withdrawals: int, remittances: int, faults: bool,
-             inbound: int = 0) -> list[_Event]:
+             inbound: int = 0, late_deposits: int = 0) -> list[_Event]:
     """The seed's schedule: money at random moments of the first 60% of the window;
     the catalogue shuffled and spread over the first 70% (round-robin: each type once,
     with times 1-2); each process fault once at a random moment of 10-80%."""
     rng = random.Random(seed)
     events = [_Event(round(rng.uniform(0, 0.6 * traffic_s), 1), kind, f"{kind}-{i}")
               for kind, n in (("deposit", deposits), ("withdrawal", withdrawals),
-                              ("remittance", remittances), ("inbound", inbound))
+                              ("remittance", remittances), ("inbound", inbound),
+                              ("late_deposit", late_deposits))
               for i in range(n)]
     if faults:
         names = list(catalogue)
@@ -308,6 +313,9 @@ class _Campaign:
             for name, why in sorted(NOT_IN_TRAFFIC.items()):
                 if name in self.catalogue:
                     self.say(f"chaos: switched on, no traffic drives it yet: {name} ({why})")
+            for name, why in sorted(SOMETIMES.items()):
+                if name in self.catalogue:
+                    self.say(f"chaos: switched on, traffic may not meet it: {name} ({why})")
             for seed in range(self.o["seed"], self.o["seed"] + self.o["seeds"]):
                 result = self.run_seed(seed)
                 results.append(result)
@@ -323,9 +331,10 @@ class _Campaign:
         plan = schedule(seed, self.catalogue, traffic_s=self.traffic_s,
                         deposits=self.o["deposits"], withdrawals=self.o["withdrawals"],
                         remittances=self.o["remittances"], faults=not self.no_faults,
-                        inbound=self.o["inbound"])
+                        inbound=self.o["inbound"], late_deposits=self.o["late_deposits"])
         result = _SeedResult(seed, plan)
         self.deposits: dict[str, str] = {}
+        self.late_deposits: dict[str, str] = {}
         self.withdrawals: list[str] = []
         self.inbound: list[str] = []
         self.sagas: list[int] = []
@@ -493,7 +502,8 @@ class _Campaign:
             try:
                 {"deposit": self._deposit, "withdrawal": self._withdrawal,
                  "remittance": self._remittance,
-                 "inbound": self._inbound}[event.kind](seed, event.name, attempt)
+                 "inbound": self._inbound,
+                 "late_deposit": self._late_deposit}[event.kind](seed, event.name, attempt)
                 return
             except Exception as exc:  # noqa: BLE001 - a fault hit the driver: try again
                 error = f"{event.name} (try {attempt + 1}): {type(exc).__name__}: " \
@@ -542,6 +552,27 @@ class _Campaign:
         order_id = customer.submit_amount(url, str(500 + 37 * i + seed))
         with self.lock:
             self.deposits[transaction_id] = wallet.address
+        self._step(lambda: customer.pay(order_id))
+
+    def _late_deposit(self, seed: int, name: str, attempt: int) -> None:
+        """A customer who pays after the deposit expired: the order is open at Razorpay,
+        AP already says ``expired`` (as Corridor's expiry does after DEPOSIT_EXPIRY_S),
+        so the captured INR can never be released; Corridor refunds it once and queues
+        it (issue 13 §3)."""
+        from anchor import platform
+        from sandbox.drivers import Customer, Wallet
+
+        i = int(name.rsplit("-", 1)[1])
+        wallet = Wallet(self.sandbox)
+        transaction_id, url = wallet.start_deposit()
+        customer = Customer(self.sandbox)
+        order_id = customer.submit_amount(url, str(700 + 41 * i + seed))
+        with self.lock:
+            self.late_deposits[transaction_id] = wallet.address
+        self._step(lambda: platform.rpc_once(
+            "notify_transaction_expired",
+            {"transaction_id": transaction_id, "message": "chaos: paid too late"},
+            reached=lambda tx: tx["status"] == "expired"))
         self._step(lambda: customer.pay(order_id))
 
     def _withdrawal(self, seed: int, name: str, attempt: int) -> None:
@@ -667,7 +698,7 @@ class _Campaign:
 
     def _open_items(self) -> list[str]:
         from anchor import platform
-        from anchor.models import DepositRelease
+        from anchor.models import DepositRefund, DepositRelease
         from payouts.models import WithdrawalPayout, WithdrawalRefund, WithdrawalRequest
         from payouts.receive import failed_for_good
         from sagas.models import Saga
@@ -686,6 +717,12 @@ class _Campaign:
             if status != "completed" and not (release and release.status == "manual_review"):
                 open_items.append(f"deposit {transaction_id}: AP {status}, release "
                                   f"{release and release.status}")
+        for transaction_id in self.late_deposits:
+            refund = DepositRefund.objects.filter(transaction_id=transaction_id).first()
+            if refund is None or refund.status not in ("completed", "manual_review",
+                                                       "failed"):  # failed: queued
+                open_items.append(f"late deposit {transaction_id}: refund "
+                                  f"{refund and refund.status}")
         provider = {p["reference_id"]: p["status"] for p in
                     self.sandbox.http.get("/razorpay/sandbox/payouts").json()["payouts"]}
         for transaction_id in self.withdrawals:
@@ -741,6 +778,8 @@ class _Campaign:
             try:
                 close_old_connections()
                 figures.merge(invariants.deposit_figures(self.sandbox, self.deposits))
+                figures.merge(invariants.late_deposit_figures(self.sandbox,
+                                                              self.late_deposits))
                 figures.merge(invariants.withdrawal_figures(self.sandbox, self.withdrawals))
                 figures.merge(invariants.inbound_figures(self.sandbox, self.inbound))
                 figures.merge(invariants.saga_figures(self.sagas))
@@ -776,7 +815,7 @@ class _Campaign:
         if not self.no_faults:
             for name in self.catalogue:
                 if not result.fired.get(name) and name not in UNREACHABLE \
-                        and name not in NOT_IN_TRAFFIC:
+                        and name not in NOT_IN_TRAFFIC and name not in SOMETIMES:
                     figures.violations.append(f"fault {name} never fired while money was "
                                               "in flight")
             for name in PROCESS_FAULTS:
@@ -838,6 +877,8 @@ class _Campaign:
                  f"inbound_rejected={total('inbound_rejected')} "
                  f"inbound_processing={total('inbound_processing')} "
                  f"double_payouts_inbound={total('double_payouts_inbound')} "
+                 f"late_deposits={total('late_deposits')} refunds_inr={total('refunds_inr')} "
+                 f"double_refunds={total('double_refunds')} "
                  f"ap_mismatches={total('ap_mismatches')} "
                  f"manual_review={sum(reasons.values())} "
                  f"ledger_matches_chain={'yes' if ledger_ok else 'no'} "
@@ -863,8 +904,11 @@ UNREACHABLE = {
 }
 # Faults of a flow the campaign's traffic does not drive yet: switched on like the
 # others, printed, not required to fire.
-NOT_IN_TRAFFIC = {
-    name: "the campaign makes no deposit refunds (anchor/refunds.py) yet"
+NOT_IN_TRAFFIC: dict[str, str] = {}
+# Faults only a rare flow meets (one or two late deposits per seed, each one refund): on
+# like the others, counted when they fire, not required to.
+SOMETIMES = {
+    name: "only the late deposits' refunds (one or two a seed) can meet it"
     for name in ("razorpay.refund_settle_delay", "razorpay.refund_create_5xx_after_create",
                  "razorpay.refund_fail", "razorpay.refund_webhook_lose",
                  "razorpay.refund_webhook_duplicate", "razorpay.refund_webhook_reorder",
