@@ -133,7 +133,7 @@ class Command(BaseCommand):
         parser.add_argument("--remittances", type=int, default=3)
         parser.add_argument("--inbound", type=int, default=2,
                             help="SEP-31 remittances a foreign sending anchor sends in")
-        parser.add_argument("--late-deposits", type=int, default=1,
+        parser.add_argument("--late-deposits", type=int, default=2,
                             help="deposits paid after AP expired them: Corridor refunds "
                                  "the INR through Razorpay (anchor/refunds.py)")
         parser.add_argument("--traffic", type=float, default=14.0, help="traffic window, s")
