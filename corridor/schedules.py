@@ -31,4 +31,6 @@ def periodic_tasks() -> list[tuple[str, str, float]]:
          settings.INBOUND_SWEEP_PERIOD_S),
         ("erase deleted customers whose retention ended", "anchor.tasks.erase_customers",
          settings.KYC_ERASE_PERIOD_S),
+        ("treasury reconciliation (books vs Horizon, RazorpayX, Razorpay)",
+         "treasury.tasks.reconcile_today", settings.TREASURY_RECON_PERIOD_S),
     ]

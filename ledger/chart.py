@@ -21,7 +21,14 @@ Accounts (code, currency):
   one currency against what was bought in the other);
 - ``revenue:fees`` INR (deposit fees) and USDC (withdrawal and receive fees);
 - ``expense:provider_fees`` INR and ``expense:taxes`` INR: RazorpayX's payout fee and
-  its GST, from the payout entity (``fees`` includes ``tax``, razorpay/NOTES.md §2.4).
+  its GST, from the payout entity (``fees`` includes ``tax``, razorpay/NOTES.md §2.4),
+  and Razorpay's per-payment fee and its GST, from the settlement recon row;
+- ``bank:settlements`` INR (asset: the bank account Razorpay settles into; treasury,
+  issue 13 §2);
+- ``equity:funding`` INR and USDC: money the anchor put in (RazorpayX top-ups and its
+  opening balance, the distribution account's opening USDC);
+- ``equity:adjustments`` INR and USDC: the other side of an operator's adjusting entry
+  explaining a reconciliation break.
 
 Every rule is keyed on the external reference of the state change (the Razorpay
 payment id, the AP transaction id, the refund row), so replaying the state change
@@ -52,6 +59,9 @@ FX = "fx"
 FEES = "revenue:fees"
 PROVIDER_FEES = "expense:provider_fees"
 TAXES = "expense:taxes"
+BANK_SETTLEMENTS = "bank:settlements"
+FUNDING = "equity:funding"
+ADJUSTMENTS = "equity:adjustments"
 OWED = {"withdrawal": "owed:withdrawals", "receive": "owed:receives"}
 PAISA = Decimal("0.01")
 
@@ -71,6 +81,11 @@ ACCOUNTS = [
     (FEES, USDC, "revenue: withdrawal and receive fees"),
     (PROVIDER_FEES, INR, "expense: RazorpayX payout fees"),
     (TAXES, INR, "expense: GST on RazorpayX payout fees"),
+    (BANK_SETTLEMENTS, INR, "asset: the bank account Razorpay settles into"),
+    (FUNDING, INR, "equity: INR the anchor put in (RazorpayX top-ups)"),
+    (FUNDING, USDC, "equity: USDC the anchor put in (distribution opening)"),
+    (ADJUSTMENTS, INR, "equity: operators' adjusting entries"),
+    (ADJUSTMENTS, USDC, "equity: operators' adjusting entries"),
 ]
 
 
@@ -325,3 +340,44 @@ def receipt_refund_landed(*, refund_id: int, receipt_id: int, amount: Decimal,
 def rupees(paise: int | None) -> Decimal:
     """Integer paise (the Razorpay boundary) as rupees, 2 dp; None as 0."""
     return (Decimal(paise or 0) / 100).quantize(PAISA)
+
+
+# --- treasury (issue 13 §2: treasury/reconcile.py) -----------------------------------
+
+def settled_key(payment_id: str) -> str:
+    return f"settlement:{payment_id}"
+
+
+def payment_settled(*, payment_id: str, settlement_id: str, amount: Decimal,
+                    fee: Decimal, tax: Decimal) -> Entry:
+    """A captured payment Razorpay settled to our bank (a settlement recon row,
+    TREASURY §3.2; ``fee`` includes ``tax`` as on the row): Dr ``bank:settlements``
+    ``amount - fee``, Dr ``expense:provider_fees`` ``fee - tax``, Dr ``expense:taxes``
+    ``tax``, Cr ``razorpay:pending`` ``amount`` INR. The row's figures are the fact
+    (what the bank received); a fee that differs from the payment entity's is a break
+    beside it. Key ``settlement:<payment id>``, reference the settlement id."""
+    return _post([EntrySpec(settled_key(payment_id), "razorpay.settled", _lines(
+        (BANK_SETTLEMENTS, INR, amount - fee), (PROVIDER_FEES, INR, fee - tax),
+        (TAXES, INR, tax), (RAZORPAY_PENDING, INR, -amount)),
+        reference=settlement_id)], None)[0]
+
+
+def funded(*, key: str, account: str, currency: str, amount: Decimal,
+           reference: str) -> Entry:
+    """Money the anchor put into one of its accounts (a RazorpayX ``bank_transfer``
+    statement row, the distribution account's opening USDC): Dr ``account`` / Cr
+    ``equity:funding`` ``amount`` (negative: taken out). Key ``funding:<key>``."""
+    return _post([EntrySpec(f"funding:{key}", "treasury.funded", _lines(
+        (account, currency, amount), (FUNDING, currency, -amount)),
+        reference=reference)], None)[0]
+
+
+def adjusted(*, break_key: str, account: str, currency: str, amount: Decimal,
+             note: str) -> Entry:
+    """An operator's adjusting entry explaining a reconciliation break: Dr ``account``
+    ``amount`` (negative: Cr) / the other side ``equity:adjustments``. Key
+    ``adjust:<break key>`` (one per break); reference the break key, ``note`` kept in
+    the entry's metadata by the caller's audit row."""
+    return _post([EntrySpec(f"adjust:{break_key}", "treasury.adjusted", _lines(
+        (account, currency, amount), (ADJUSTMENTS, currency, -amount)),
+        reference=break_key[:100])], None)[0]

@@ -124,6 +124,7 @@ _TARGETS = {
     "notify": "anchor_depositpayment",
     "receipt": "payouts_stellarreceipt",
     "refund": "anchor_depositrefund",
+    "break": "treasury_break",  # treasury/admin.py (a URL name: no import upward)
 }
 
 

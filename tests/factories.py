@@ -46,6 +46,7 @@ from payouts.models import (
     WithdrawalRequest,
 )
 from sagas.models import HubPayment, Partner, Saga, SagaEvent, SagaStep
+from treasury.models import Break, BreakEvent, ReconRun
 
 ACCOUNT_A = "GBRJQ2TQDQ2MNW7NHYI7CLJVZ45CJA3KRXDUGERNVHWUWUFPNTRSXQXL"
 ACCOUNT_B = "GCGNS3DUYOYI6EBQ56NX5RV7VMOWV3RG2ZSRPJA23M3VQ2EU7BYP4WQF"
@@ -462,3 +463,36 @@ class CustomerDenialFactory(factory.django.DjangoModelFactory):
     identity = factory.Sequence(lambda n: f"{n:064x}")
     customer_id = "cus_000000000000000000000000"
     reason = "sanctions"
+
+
+class ReconRunFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ReconRun
+
+    day = factory.LazyFunction(lambda: timezone.now().date())
+    status = ReconRun.Status.DONE
+
+
+class BreakFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Break
+
+    key = factory.Sequence(lambda n: f"razorpay:missing_outside:pay_{n:014d}")
+    source = Break.Source.RAZORPAY
+    kind = Break.Kind.MISSING_OUTSIDE
+    reference = factory.Sequence(lambda n: f"pay_{n:014d}")
+    account = "razorpay:pending"
+    currency = "INR"
+    difference = Decimal("-1000.00")
+    first_run = factory.SubFactory(ReconRunFactory)
+    last_run = factory.SelfAttribute("first_run")
+
+
+class BreakEventFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = BreakEvent
+
+    break_row = factory.SubFactory(BreakFactory)
+    action = "fix"
+    operator = "rita"
+    note = "ticket OPS-42"

@@ -379,7 +379,7 @@ def invariant_violations(saga_id: int) -> list[str]:
 
 NOTE = "ticket OPS-42: checked with the bank"
 sync_groups = importlib.import_module(
-    "sagas.migrations.0008_review_queue_deposit_refunds").sync_groups
+    "treasury.migrations.0002_review_queue_breaks").sync_groups
 
 
 def changelist(model: str) -> str:

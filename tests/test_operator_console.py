@@ -147,6 +147,7 @@ ACTION_PERMS = {
     "payouts.accept_short_withdrawal", "payouts.refund_withdrawal", "payouts.refund_receipt",
     "sagas.resume_saga", "anchor.review_customer", "anchor.refund_deposit",
     "sagas.retry_saga_step", "sagas.compensate_saga", "sagas.resolve_saga",
+    "treasury.resolve_break",
 }
 
 

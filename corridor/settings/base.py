@@ -420,6 +420,15 @@ DEPOSIT_REFUND_RETRY_S = env.float("DEPOSIT_REFUND_RETRY_S", default=30.0)
 # The beat sweep re-drives refunds left open this long, every ..._PERIOD_S.
 DEPOSIT_REFUND_SWEEP_AGE_S = env.float("DEPOSIT_REFUND_SWEEP_AGE_S", default=60.0)
 DEPOSIT_REFUND_SWEEP_PERIOD_S = env.float("DEPOSIT_REFUND_SWEEP_PERIOD_S", default=60.0)
+# Treasury reconciliation (treasury/reconcile.py, issue 13 §2): the beat job runs every
+# TREASURY_RECON_PERIOD_S over the day and the LOOKBACK days before it; a captured
+# payment is a break only once no settlement carried it for TREASURY_SETTLEMENT_WINDOW_S
+# (Razorpay's T+2, plus a day of margin); a payout booked paid, once the statement has
+# not shown it for TREASURY_STATEMENT_GRACE_S.
+TREASURY_RECON_PERIOD_S = env.float("TREASURY_RECON_PERIOD_S", default=86400.0)
+TREASURY_RECON_LOOKBACK_DAYS = env.int("TREASURY_RECON_LOOKBACK_DAYS", default=3)
+TREASURY_SETTLEMENT_WINDOW_S = env.float("TREASURY_SETTLEMENT_WINDOW_S", default=3 * 86400.0)
+TREASURY_STATEMENT_GRACE_S = env.float("TREASURY_STATEMENT_GRACE_S", default=600.0)
 # Test-only switch: False makes a retry after a lost refund answer mint a new key
 # without listing the payment's refunds, as code without the guard would (shows that
 # the guard is what stops a second refund).
