@@ -18,7 +18,8 @@ settlement date, not capture date):
 - a confirmed payment captured more than TREASURY_SETTLEMENT_WINDOW_S ago (and not
   older than the look-back besides) that no settlement carries: ``missing_outside``.
   Inside the window it is not a break (T+2 by default, docs ``payments/settlements``).
-  A refunded payment is left out (the recon's refund rows are not read yet).
+  A refunded payment is left out of both (the recon's refund rows are not read yet,
+  and the sandbox's Razorpay models none).
 
 RazorpayX (payouts), the account statement since the look-back's first day:
 
@@ -105,7 +106,14 @@ def _razorpay(day: date, counts: dict) -> list[Found]:
     rows = [row for d in range(lookback, -2, -1)
             for row in rzp.settlement_recon(day - timedelta(days=d)) if row.type == "payment"]
     per_settlement: dict[str, list[rzp.ReconItem]] = {}
+    refunded = DepositRefund.objects.exclude(status=DepositRefund.Status.FAILED
+                                             ).values("transaction_id")
+    left_out = set(DepositPayment.objects.filter(
+        payment_id__in=[row.entity_id for row in rows], transaction_id__in=refunded
+    ).values_list("payment_id", flat=True))
     for row in rows:
+        if row.entity_id in left_out:
+            continue  # refunded: its refund row is not read yet (module docstring)
         if row.settlement_id:
             per_settlement.setdefault(row.settlement_id, []).append(row)
         ours = DepositPayment.objects.filter(payment_id=row.entity_id).first()
@@ -138,8 +146,6 @@ def _razorpay(day: date, counts: dict) -> list[Found]:
                 settled.raw))
     now = timezone.now()
     window = timedelta(seconds=settings.TREASURY_SETTLEMENT_WINDOW_S)
-    refunded = DepositRefund.objects.exclude(status=DepositRefund.Status.FAILED
-                                             ).values("transaction_id")
     due = DepositPayment.objects.filter(
         confirmation=DepositPayment.Confirmation.CONFIRMED, captured_at__lt=now - window,
         captured_at__gte=_day_start(day - timedelta(days=lookback)) - window,
@@ -153,7 +159,8 @@ def _razorpay(day: date, counts: dict) -> list[Found]:
                  "amount_paise": payment.amount_paise,
                  "captured_at": payment.captured_at.isoformat()},
                 {"settled": False, "window_s": settings.TREASURY_SETTLEMENT_WINDOW_S}))
-    counts["razorpay"] = {"recon_rows": len(rows), "settlements": len(per_settlement)}
+    counts["razorpay"] = {"recon_rows": len(rows), "settlements": len(per_settlement),
+                          "refunded_left_out": len(left_out)}
     return found
 
 

@@ -53,6 +53,11 @@ DEMO_TIMINGS = {
     "SAGA_RESUME_PERIOD_S": "2", "SAGA_DEFAULT_BACKOFF_MS": "200", "SAGA_BACKOFF_MAX_S": "2",
     "REMITTANCE_FUNDING_POLL_S": "0.5", "REMITTANCE_ANCHOR_POLL_S": "0.5",
     "REMITTANCE_ERROR_REFUND_GRACE_S": "5", "REMITTANCE_REFUND_DEADLINE_S": "120",
+    # Treasury (issue 13 §2): 2-second settlement "days" (T+2: 4-6 s), a payment is a
+    # break once no settlement carried it for 12 s, the statement is read at once.
+    "SANDBOX_SETTLEMENT_CYCLE_S": "2", "TREASURY_SETTLEMENT_WINDOW_S": "12",
+    "TREASURY_STATEMENT_GRACE_S": "0", "DEPOSIT_REFUND_SWEEP_AGE_S": "2",
+    "DEPOSIT_REFUND_SWEEP_PERIOD_S": "1",
 }
 
 
@@ -154,6 +159,10 @@ class _Demo:
             self._wait_http(f"{sandbox_url}/sandbox/faults")
             self._wait_http(f"{web_url}/health/", ok_codes=(200, 503))
             sandbox = _SandboxHandle(sandbox_url)
+            from treasury.reconcile import open_distribution
+
+            opening = open_distribution(operator="demo")  # before any money moves
+            self.say(f"demo: distribution opening booked: {opening} USDC\n")
             sandbox.fault("horizon.submit_504_after_apply", times=2)
             sandbox.fault("ap.event_duplicate", copies=2)
             threading.Thread(target=self._replace_doomed, args=(doomed,), daemon=True).start()
@@ -174,6 +183,9 @@ class _Demo:
             fired = " ".join(f"{f['name']}={f['fired']}" for f in
                              sandbox.http.get("/sandbox/faults").json()["faults"])
             self.say(f"demo: faults fired: {fired}\n")
+            sandbox.http.delete("/sandbox/faults").raise_for_status()
+            line = line.rstrip("\n").rsplit(" elapsed_s=", 1)[0] + " " + \
+                self._treasury(sandbox) + f" elapsed_s={time.monotonic() - started:.1f}\n"
         finally:
             self.stop_all()
         self.say(line)
@@ -482,6 +494,151 @@ class _Demo:
                 f"manual_review={review} "
                 f"double_payments={c['double_payments'] + c['stray_payments']} "
                 f"ap_mismatches={c['ap_mismatches']} elapsed_s={elapsed:.1f}\n")
+
+    # --- treasury (issue 13 §2, §3, §5) ---------------------------------------------------
+    def _treasury(self, sandbox) -> str:
+        """Two deposits paid after AP expired them (refunded through Razorpay), then K
+        known discrepancies, each injected on one payment or payout of its own (one at a
+        time, so the fault lands where the demo says), one late settlement as a control
+        (inside its window: no break), and the reconciliation compared with them by
+        reference."""
+        from anchor.models import DepositPayment, DepositRefund
+        from corridor import invariants
+        from ledger import chart
+        from payouts.models import WithdrawalRefund
+        from treasury.models import Break
+        from treasury.reconcile import reconcile
+
+        late = dict(self._late_deposit(sandbox, i) for i in range(2))
+        injected: set[tuple[str, str, str]] = set()
+        deposits = {}
+        for fault, params, expect in (
+                ("razorpay.settlement_fee_mismatch", {"fee_extra": 100}, "amount_differs"),
+                ("razorpay.settlement_omit_payment", {}, "missing_outside"),
+                ("razorpay.settlement_delay", {"cycles": 1}, None)):
+            transaction_id, payment_id = self._deposit_with(sandbox, fault, params)
+            deposits[transaction_id] = payment_id
+            if expect:
+                injected.add(("razorpay", expect, payment_id))
+        for fault, params, expect in (
+                ("razorpayx.statement_fee_mismatch", {"fees_extra": 100}, "amount_differs"),
+                ("razorpayx.reversal_statement_only", {"after_s": 1}, "missing_in_books")):
+            payout_id = self._withdrawal_with(sandbox, fault, params)
+            reference = f"reversal:{payout_id}" if expect == "missing_in_books" else payout_id
+            injected.add(("razorpayx", expect, reference))
+        self.say(f"demo: {len(injected)} discrepancies injected: {sorted(injected)}\n")
+        omitted = [p for (_, kind, p) in injected if kind == "missing_outside"]
+
+        def settled() -> bool:
+            # every payment but the omitted one settled and booked, the omitted one past
+            # its window, the late refunds final, the reversal in the statement
+            run = reconcile(trigger="demo")
+            if run.status != "done":
+                return False
+            payments = DepositPayment.objects.filter(confirmation="confirmed").exclude(
+                transaction_id__in=DepositRefund.objects.values("transaction_id"))
+            unsettled = [p for p in payments if p.payment_id not in omitted and
+                         not chart.posted(chart.settled_key(p.payment_id))]
+            seen = {(b.source, b.kind, b.reference) for b in Break.objects.filter(status="open")}
+            refunds_open = DepositRefund.objects.filter(
+                status__in=DepositRefund.OPEN_STATUSES).exists()
+            return not unsettled and not refunds_open and injected <= seen
+
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline and not settled():
+            time.sleep(2)
+        run = reconcile(trigger="demo")
+        open_ = {(b.source, b.kind, b.reference) for b in Break.objects.filter(status="open")}
+        matched, missed, spurious = injected & open_, injected - open_, open_ - injected
+        for item in sorted(missed):
+            self.say(f"demo: break missed: {item}\n")
+        for item in sorted(spurious):
+            self.say(f"demo: break spurious: {item} "
+                     f"{Break.objects.get(key=':'.join(item)[:200]).outside}\n")
+        for name, b in sorted(run.balances.items()):
+            self.say(f"demo: balance {name}: {b}\n")
+        compared = all(b.get("compared", True) for b in run.balances.values())
+        balanced = not any(k == "balance_differs" for _, k, _ in open_)
+        figures = invariants.late_deposit_figures(sandbox, late)
+        self._report(figures)
+        self._write_report(run.day)
+        ok = run.status == "done" and compared and balanced and not spurious
+        refunds_usdc = WithdrawalRefund.objects.filter(status="completed").count()
+        return (f"books_match_outside={'yes' if ok else 'no'} "
+                f"breaks_injected={len(injected)} breaks_matched={len(matched)} "
+                f"breaks_missed={len(missed)} breaks_spurious={len(spurious)} "
+                f"refunds_inr={figures.counts['refunds_inr']} refunds_usdc={refunds_usdc}")
+
+    def _write_report(self, day) -> None:
+        from treasury import report
+
+        LOGS.mkdir(parents=True, exist_ok=True)
+        path = LOGS / f"daily-report-{day}.csv"
+        path.write_text(report.report_csv(day))
+        self.say(f"demo: daily report {day} written to {path}\n")
+        for row in report.daily_report(day):
+            self.say(f"demo: report {row.account} {row.currency} opening={row.opening} "
+                     f"debits={row.debits} credits={row.credits} closing={row.closing} "
+                     f"breaks_open={row.breaks_open}\n")
+
+    def _late_deposit(self, sandbox, i: int) -> tuple[str, str]:
+        """A deposit paid after AP expired it (as chaos's late deposit): (AP id, the
+        wallet's address)."""
+        from anchor import platform
+        from anchor.models import DepositRefund
+        from sandbox.drivers import Customer, Wallet
+
+        wallet = Wallet(sandbox)
+        transaction_id, url = wallet.start_deposit()
+        customer = Customer(sandbox)
+        order_id = customer.submit_amount(url, str(900 + 13 * i))
+        platform.rpc_once("notify_transaction_expired",
+                          {"transaction_id": transaction_id, "message": "demo: paid too late"},
+                          reached=lambda tx: tx["status"] == "expired")
+        customer.pay(order_id)
+        self._until(lambda: DepositRefund.objects.filter(transaction_id=transaction_id).exists(),
+                    f"the refund of late deposit {transaction_id}")
+        return transaction_id, wallet.address
+
+    def _deposit_with(self, sandbox, fault: str, params: dict) -> tuple[str, str]:
+        from anchor import platform
+        from anchor.models import DepositPayment
+        from sandbox.drivers import Customer, Wallet
+
+        sandbox.fault(fault, times=1, **params)
+        wallet = Wallet(sandbox)
+        transaction_id, url = wallet.start_deposit()
+        customer = Customer(sandbox)
+        customer.pay(customer.submit_amount(url, "777"))
+        payment = self._until(lambda: DepositPayment.objects.filter(
+            transaction_id=transaction_id).first(), f"the payment of {transaction_id}")
+        self._until(lambda: (platform.get_transaction(transaction_id) or {}).get(
+            "status") == "completed", f"deposit {transaction_id} completed")
+        return transaction_id, payment.payment_id
+
+    def _withdrawal_with(self, sandbox, fault: str, params: dict) -> str:
+        from payouts.models import WithdrawalPayout
+        from sandbox.drivers import Customer, Wallet
+
+        sandbox.fault(fault, times=1, **params)
+        wallet = Wallet(sandbox)
+        wallet.fund_usdc("100")
+        transaction_id, url = wallet.start_withdrawal()
+        pay = Customer(sandbox).submit_withdrawal(url, "15")
+        wallet.pay(destination=pay["destination"], amount="15", memo=pay["memo"])
+        payout = self._until(lambda: WithdrawalPayout.objects.filter(
+            transaction_id=transaction_id, status="completed").first(),
+            f"the payout of {transaction_id}")
+        return payout.provider_payout_id
+
+    def _until(self, probe, what: str):
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            found = probe()
+            if found:
+                return found
+            time.sleep(0.5)
+        raise RuntimeError(f"demo: timed out waiting for {what}")
 
     def _report(self, figures) -> None:
         for violation in figures.violations:
