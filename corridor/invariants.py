@@ -289,6 +289,30 @@ def books() -> Figures:
     return out
 
 
+def treasury() -> Figures:
+    """The books against the outside (treasury/reconcile.py, issue 13 §2): a
+    reconciliation now must read every provider, compare every balance, and leave no
+    balance difference its row breaks do not explain (row breaks themselves are what
+    the sandbox's settlement and statement faults inject: counted, not violations)."""
+    from treasury.models import Break
+    from treasury.reconcile import reconcile
+
+    out = Figures(counts={"books_match_outside": 0, "breaks_open": 0})
+    run = reconcile(trigger="check")
+    if run.status != "done":
+        out.violations.append(f"reconciliation failed: {run.error}")
+        return out
+    unexplained = list(Break.objects.filter(status="open", kind="balance_differs"))
+    for found in unexplained:
+        out.violations.append(f"books differ from the outside: {found.key} by "
+                              f"{found.difference} {found.currency} (books {found.books}, "
+                              f"outside {found.outside})")
+    compared = all(b.get("compared", True) for b in run.balances.values())
+    out.counts["books_match_outside"] = int(not unexplained and compared)
+    out.counts["breaks_open"] = Break.objects.filter(status="open").count()
+    return out
+
+
 def stranded(age_s: float) -> dict[str, int]:
     """Money that stopped moving: per kind, rows not terminal and unchanged for
     ``age_s`` seconds (an operator's queue is terminal for this purpose)."""
@@ -335,6 +359,10 @@ OPERATOR_ONLY = [
     r"deadline|expired",
     r"settlement window",  # the provider never finalised it: a person calls the bank
     r"second payment|overpaid",  # the wallet paid more than asked: a person sends it back
+    # a reconciliation break: the provider's record differs (a settlement or statement
+    # fault); a person explains it or chases the provider
+    r"^(razorpay|razorpayx|horizon) (missing_outside|missing_in_books|amount_differs|"
+    r"utr_differs) ",
 ]
 
 

@@ -63,7 +63,7 @@ def test_fixed_seed_campaign_finds_no_violation():
     assert violations == 0, _violations(out)
     last = out.strip().splitlines()[-1]
     for key in ("double_payments=0", "double_payouts=0", "stranded=0", "ap_mismatches=0",
-                "ledger_matches_chain=yes"):
+                "ledger_matches_chain=yes", "books_match_outside=yes"):
         assert key in last, last
     assert f"process_kills={len(PROCESS_FAULTS)}" in last, last
     fired = re.search(r"fault_types=(\d+)", last).group(1)

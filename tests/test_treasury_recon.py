@@ -197,7 +197,7 @@ def test_a_reversal_only_the_statement_shows_is_a_break_missing_in_the_books(rec
     payout = paid_withdrawal(recon)
     reference = f"reversal:{payout.provider_payout_id}"
 
-    wait_for(lambda: reconcile() and mine(reference), timeout=10, interval=0.5,
+    wait_for(lambda: reconcile() and mine(reference), timeout=30, interval=0.5,
              what="the reversal seen")
 
     found = Break.objects.get(reference=reference)
@@ -316,3 +316,17 @@ def test_without_the_permission_the_report_and_reconcile_now_are_refused(recon, 
     assert client.get("/admin/treasury/reconrun/report/").status_code == 403
     assert client.post("/admin/treasury/reconrun/reconcile/").status_code == 403
     assert not ReconRun.objects.filter(trigger="operator").exists()
+
+
+def test_treasury_open_books_the_distribution_opening_once(clean_sandbox, capsys):
+    from django.core.management import call_command
+
+    from anchor import stellar
+
+    call_command("treasury_open")
+    call_command("treasury_open")
+
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("treasury_open: booked ") and "already booked" in out[1]
+    chain = stellar.asset_balance(stellar.distribution_keypair().public_key, stellar.usdc())
+    assert ledger.balance(account=chart.DISTRIBUTION, currency="USDC") == chain

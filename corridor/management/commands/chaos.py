@@ -291,6 +291,9 @@ class _Campaign:
     def run(self) -> int:
         started = time.monotonic()
         self.start()
+        from treasury.reconcile import open_distribution
+
+        open_distribution(operator="chaos")  # the books start from what the chain holds
         results: list[_SeedResult] = []
         try:
             self.say(f"chaos: catalogue={len(self.catalogue)} faults "
@@ -784,6 +787,7 @@ class _Campaign:
                 figures.merge(invariants.inbound_figures(self.sandbox, self.inbound))
                 figures.merge(invariants.saga_figures(self.sagas))
                 figures.merge(invariants.books())
+                figures.merge(invariants.treasury())
                 stranded = invariants.stranded(self.settle_s)
                 own = stranded_counts()  # the code's own definition (/health/, /metrics)
                 open_items = self._open_items()
@@ -865,6 +869,7 @@ class _Campaign:
         if first is not None:
             self.say(f"chaos: first violation at seed={first}")
         ledger_ok = all(r.figures.counts.get("ledger_matches_chain") for r in results)
+        books_ok = all(r.figures.counts.get("books_match_outside") for r in results)
         self.say(f"chaos: seeds={len(results)} runs={len(results)} "
                  f"faults_fired={sum(fired.values())} "
                  f"fault_types={sum(1 for v in fired.values() if v)} "
@@ -882,6 +887,8 @@ class _Campaign:
                  f"ap_mismatches={total('ap_mismatches')} "
                  f"manual_review={sum(reasons.values())} "
                  f"ledger_matches_chain={'yes' if ledger_ok else 'no'} "
+                 f"books_match_outside={'yes' if books_ok else 'no'} "
+                 f"breaks_open={total('breaks_open')} "
                  f"settle_s={self.settle_s:g} elapsed_s={elapsed:.1f}")
         return 1 if violations else 0
 
