@@ -27,7 +27,17 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 from structlog.contextvars import bind_contextvars
 
-from anchor import callbacks, customers, deposits, limits, platform, quotes, sep24, submissions
+from anchor import (
+    callbacks,
+    customers,
+    deposits,
+    limits,
+    liquidity,
+    platform,
+    quotes,
+    sep24,
+    submissions,
+)
 from anchor import razorpay as rzp
 from anchor.models import DepositOrder, DepositRelease, InboundEvent
 from corridor import inbound, metrics
@@ -211,6 +221,10 @@ def deposit(request, transaction_id: str):
     if request.method == "POST" and "edit" not in request.POST:
         try:
             amount = deposits.parse_inr(request.POST.get("amount", ""))
+            short = liquidity.release_shortfall(deposits.quote(amount).amount_out)
+            if short:  # before the customer pays, not after (issue 13 §4)
+                context["errors"] = {"amount": short}
+                return render(request, "sep24/deposit.html", context, status=409)
             if not kyc_and_limits(request, context, transaction_id, "deposit", amount):
                 return render(request, "sep24/deposit.html", context,
                               status=400 if context["errors"] else 200)

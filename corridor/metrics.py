@@ -23,6 +23,11 @@ numbers whichever process serves the scrape):
   (``manage.py channels list`` and ``create`` refresh it);
   ``corridor_channel_refusals``: claims refused for want of a free channel (a Redis
   counter shared by every process; -1 when Redis cannot be read);
+- ``corridor_treasury_balance{account,currency,side}``: the float of the distribution
+  account (USDC) and RazorpayX (INR), ``books`` and ``outside`` (the SEP-24 pages'
+  cached read or the last reconciliation's; no network at scrape time);
+  ``corridor_treasury_float_low{account,currency}``: 1 below its floor
+  (TREASURY_FLOOR_*), the alert; ``corridor_treasury_breaks_open``: open breaks;
 - ``corridor_metrics_scrape_errors``: 1 when the database could not be read this scrape.
 
 Counted where they happen (per process; under gunicorn, gunicorn.conf.py sets
@@ -183,6 +188,17 @@ class CorridorCollector:
                                "Release claims refused so far because every channel had "
                                "an envelope in flight (-1: Redis unreachable)."),
              "refusals"),
+            (GaugeMetricFamily("corridor_treasury_balance",
+                               "Float of the watched accounts: the books (ledger) and the "
+                               "outside (last read: cached or the last reconciliation).",
+                               labels=["account", "currency", "side"]), "treasury"),
+            (GaugeMetricFamily("corridor_treasury_float_low",
+                               "1 when a watched account is below its floor "
+                               "(TREASURY_FLOOR_*): top it up.",
+                               labels=["account", "currency"]), "float_low"),
+            (GaugeMetricFamily("corridor_treasury_breaks_open",
+                               "Open reconciliation breaks (treasury/reconcile.py)."),
+             "breaks"),
             (GaugeMetricFamily("corridor_metrics_scrape_errors",
                                "1 when the database could not be read for this scrape."),
              "errors"),
@@ -198,6 +214,11 @@ class CorridorCollector:
             awaiting = _scalar(_OLDEST_UNPAID_RECEIPT)
             strand = stranded.stranded_counts()
             channel_states, channel_xlm = _channels()
+            from treasury import floats as treasury_floats
+            from treasury.models import Break
+
+            watched = treasury_floats.floats()  # no network: cached or last run's reads
+            breaks_open = Break.objects.filter(status=Break.Status.OPEN).count()
         except Exception as exc:  # a scrape reports the failure instead of failing
             log.warning("metrics: database not readable: %s", type(exc).__name__)
             families["errors"].add_metric([], 1)
@@ -223,6 +244,13 @@ class CorridorCollector:
 
         refusals = stellar.channel_refusals()
         families["refusals"].add_metric([], -1 if refusals is None else refusals)
+        for f in watched:
+            families["treasury"].add_metric([f.account, f.currency, "books"], float(f.books))
+            if f.outside is not None:
+                families["treasury"].add_metric([f.account, f.currency, "outside"],
+                                                float(f.outside))
+            families["float_low"].add_metric([f.account, f.currency], 1 if f.low else 0)
+        families["breaks"].add_metric([], breaks_open)
         families["errors"].add_metric([], 0)
         yield from families.values()
 

@@ -27,7 +27,7 @@ from anchor.views import (
     webhook_outcome,
 )
 from corridor import inbound
-from payouts import fav, withdrawals
+from payouts import fav, liquidity, withdrawals
 from payouts.models import WithdrawalPayout, WithdrawalRequest
 from payouts.providers.base import ProviderError
 from payouts.webhooks import ProviderUnreachable, check_payout_event, payout_webhook_apply
@@ -86,6 +86,10 @@ def withdraw(request, transaction_id: str):
         if own:
             raise withdrawals.WithdrawalInputError({"name": own})
         inr = withdrawals.quote(amount).amount_out
+        short = liquidity.payout_shortfall(inr)
+        if short:  # before the wallet sends its USDC (issue 13 §4)
+            context["errors"] = {"amount": short}
+            return render(request, "sep24/withdraw.html", context, status=409)
         if not kyc_and_limits(request, context, transaction_id, "withdrawal", inr):
             return render(request, "sep24/withdraw.html", context,
                           status=400 if context["errors"] else 200)

@@ -16,7 +16,7 @@ from django.urls import path
 from django.utils import timezone
 
 from common.console import NoteForm, OperationRefused, ReadOnlyAdmin, confirm_action
-from treasury import operations, report
+from treasury import floats, operations, report
 from treasury.models import Break, BreakEvent, ReconRun
 
 
@@ -47,6 +47,8 @@ class ReconRunAdmin(ReadOnlyAdmin):
                      name="treasury_reconrun_reconcile"),
                 path("report/", self.admin_site.admin_view(self.report_view),
                      name="treasury_reconrun_report"),
+                path("treasury/", self.admin_site.admin_view(self.treasury_view),
+                     name="treasury_reconrun_treasury"),
                 *super().get_urls()]
 
     def reconcile_view(self, request):
@@ -77,6 +79,24 @@ class ReconRunAdmin(ReadOnlyAdmin):
                    "runs": ReconRun.objects.filter(day=day)[:5],
                    "breaks": Break.objects.filter(status=Break.Status.OPEN)[:200]}
         return TemplateResponse(request, "admin/treasury/report.html", context)
+
+
+    def treasury_view(self, request):
+        """The treasury page (issue 13 §4): the float per account now (books and the
+        outside, read live) against its floor, closing balances over the last 14 days
+        (a chart per account) and the flows per day."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        series = floats.history()
+        context = {**self.admin_site.each_context(request), "title": "Treasury",
+                   "opts": self.model._meta, "floats": floats.floats(live=True),
+                   "charts": floats.svg_chart(series),
+                   "flows": [(day, [rows.get(key) for key in floats.CHARTED])
+                             for day, rows in reversed(series)],
+                   "charted": floats.CHARTED,
+                   "open_breaks": Break.objects.filter(status=Break.Status.OPEN).count(),
+                   "last_run": ReconRun.objects.first()}
+        return TemplateResponse(request, "admin/treasury/treasury.html", context)
 
 
 class ExplainForm(NoteForm):

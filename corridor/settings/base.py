@@ -429,6 +429,15 @@ TREASURY_RECON_PERIOD_S = env.float("TREASURY_RECON_PERIOD_S", default=86400.0)
 TREASURY_RECON_LOOKBACK_DAYS = env.int("TREASURY_RECON_LOOKBACK_DAYS", default=3)
 TREASURY_SETTLEMENT_WINDOW_S = env.float("TREASURY_SETTLEMENT_WINDOW_S", default=3 * 86400.0)
 TREASURY_STATEMENT_GRACE_S = env.float("TREASURY_STATEMENT_GRACE_S", default=600.0)
+# The float (issue 13 §4): the SEP-24 pages read the distribution account's USDC and
+# RazorpayX's balance at most every TREASURY_BALANCE_CACHE_S per process and refuse,
+# before the customer pays, a transaction they cannot cover; the treasury page and
+# /metrics raise an alert when a balance is below its floor.
+TREASURY_BALANCE_CACHE_S = env.float("TREASURY_BALANCE_CACHE_S", default=15.0)
+TREASURY_FLOOR_DISTRIBUTION_USDC = Decimal(env.str("TREASURY_FLOOR_DISTRIBUTION_USDC",
+                                                   default="10000"))
+TREASURY_FLOOR_RAZORPAYX_INR = Decimal(env.str("TREASURY_FLOOR_RAZORPAYX_INR",
+                                               default="500000"))
 # Test-only switch: False makes a retry after a lost refund answer mint a new key
 # without listing the payment's refunds, as code without the guard would (shows that
 # the guard is what stops a second refund).

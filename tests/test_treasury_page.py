@@ -1,0 +1,124 @@
+"""The treasury view (issue 13 §4): the SEP-24 pages refuse, before the customer pays, a
+deposit the distribution account's USDC cannot cover and a withdrawal RazorpayX's
+balance cannot pay (anchor/liquidity.py, payouts/liquidity.py); the admin's treasury
+page; the float gauges and their alert on ``/metrics``. Real pages over the live server,
+the sandbox over HTTP: the sandbox's distribution account holds 10,000,000 USDC and its
+RazorpayX account ₹1 crore, so the amounts here are larger than either."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.core.cache import cache
+from django.db import connection
+
+from anchor.models import DepositOrder
+from ledger import chart
+from payouts.models import WithdrawalRequest
+from tests.flows import Customer, Wallet, sync_groups
+from treasury import floats
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def big(settings, clean_sandbox):
+    settings.DEPOSIT_MAX_INR = Decimal("100000000000")
+    settings.WITHDRAW_MAX_USDC = Decimal("100000000")
+    cache.clear()
+    yield clean_sandbox
+    cache.clear()
+
+
+def form(sandbox, url: str) -> tuple[Customer, str, dict]:
+    customer = Customer(sandbox)
+    opened = customer.open(url)
+    assert opened.status_code == 302, opened.text[:300]
+    form_url = str(opened.url.join(opened.headers["location"]))
+    page = customer.http.get(form_url)
+    return customer, form_url, customer._csrf(page)
+
+
+def test_a_deposit_the_usdc_float_cannot_cover_is_refused_before_paying(big):
+    transaction_id, url = Wallet(big).start_deposit()
+    customer, form_url, csrf = form(big, url)
+
+    refused = customer.http.post(form_url, data={"amount": "2000000000", **csrf})
+
+    assert refused.status_code == 409
+    assert "we hold less USDC than the" in refused.text and "Nothing has been charged" \
+        in refused.text
+    assert not DepositOrder.objects.filter(transaction_id=transaction_id).exists()
+    quoted = customer.http.post(form_url, data={"amount": "1000", **csrf})
+    assert quoted.status_code == 200 and "we hold less" not in quoted.text
+
+
+def test_a_withdrawal_razorpayx_cannot_pay_is_refused_before_the_usdc_is_sent(big):
+    transaction_id, url = Wallet(big).start_withdrawal()
+    customer, form_url, csrf = form(big, url)
+    fields = {"name": "Asha Verma", "method": "bank_account",
+              "account_number": "50100123456789", "ifsc": "HDFC0001234", **csrf}
+
+    refused = customer.http.post(form_url, data={"amount": "500000", **fields})
+
+    assert refused.status_code == 409
+    assert "Do not send any USDC" in refused.text
+    assert not WithdrawalRequest.objects.filter(transaction_id=transaction_id).exists()
+
+
+def test_an_unreadable_balance_never_stops_a_customer(big, settings):
+    settings.HORIZON_URL = "http://127.0.0.1:9/horizon"
+    transaction_id, url = Wallet(big).start_deposit()
+    customer, form_url, csrf = form(big, url)
+
+    quoted = customer.http.post(form_url, data={"amount": "1000", **csrf})
+
+    assert quoted.status_code == 200 and "we hold less" not in quoted.text
+
+
+@pytest.fixture
+def staff(client):
+    from django.apps import apps as django_apps
+
+    sync_groups(django_apps, connection.schema_editor())
+    user = User.objects.create_user(username="tom", is_staff=True)
+    user.groups.add(Group.objects.get(name="auditors"))
+    client.force_login(user)
+    return user
+
+
+def test_the_treasury_page_shows_the_float_chart_and_flows(big, staff, client, settings):
+    settings.TREASURY_FLOOR_DISTRIBUTION_USDC = Decimal("100000000")  # above 10M: low
+
+    page = client.get("/admin/treasury/reconrun/treasury/")
+
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "Float now" in text and "<polyline" in text and "Flows per day" in text
+    assert "BELOW FLOOR" in text  # the distribution account, read live
+    shown = {f.account: f for f in floats.floats(live=True)}
+    assert shown[chart.DISTRIBUTION].outside >= Decimal("10000000")
+    assert shown[chart.DISTRIBUTION].low and not shown[chart.RAZORPAYX_CURRENT].low
+
+
+def test_the_treasury_page_is_refused_without_the_view_permission(big, client):
+    client.force_login(User.objects.create_user(username="eve", is_staff=True))
+
+    assert client.get("/admin/treasury/reconrun/treasury/").status_code == 403
+
+
+def test_metrics_carry_the_float_and_raise_the_alert_below_the_floor(big, client, settings):
+    settings.TREASURY_FLOOR_RAZORPAYX_INR = Decimal("0")
+    floats.floats(live=True)  # the pages' read, now cached: /metrics reads no network
+
+    ok = client.get("/metrics").content.decode()
+    settings.TREASURY_FLOOR_RAZORPAYX_INR = Decimal("1000000000")
+    low = client.get("/metrics").content.decode()
+
+    key = 'corridor_treasury_float_low{account="razorpayx:current",currency="INR"}'
+    assert f"{key} 0.0" in ok and f"{key} 1.0" in low
+    assert 'corridor_treasury_balance{account="razorpayx:current",currency="INR",' \
+           'side="outside"}' in ok
+    assert "corridor_treasury_breaks_open 0.0" in ok
