@@ -74,7 +74,7 @@ class Wallet:
     def start_withdrawal(self, *, account: str | None = None) -> tuple[str, str]:
         """SEP-24 ``POST /transactions/withdraw/interactive``; (transaction id, URL)."""
         who = account or self.address
-        token = self.sandbox.http.post("/ap/sep/auth", json={"account": who}
+        token = self.sandbox.http.post("/ap/sep/sandbox-token", json={"account": who}
                                        ).raise_for_status().json()["token"]
         reply = self.sandbox.http.post(
             "/ap/sep/transactions/withdraw/interactive",
@@ -94,7 +94,8 @@ class Wallet:
                       memo_type: str | None = None, account: str | None = None) -> tuple[str, str]:
         """SEP-24 ``POST /transactions/deposit/interactive`` on the sandbox AP; returns
         (transaction id, interactive URL)."""
-        token = self.sandbox.http.post("/ap/sep/auth", json={"account": account or self.address}
+        token = self.sandbox.http.post("/ap/sep/sandbox-token",
+                                       json={"account": account or self.address}
                                        ).raise_for_status().json()["token"]
         body = {"asset_code": settings.STELLAR_USDC_CODE, "account": account or self.address}
         if amount:

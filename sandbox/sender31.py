@@ -157,7 +157,7 @@ class SendingAnchor:
 
     def authenticate(self) -> str:
         """The sandbox SEP-10 token of the SA (a custodial client: no memo)."""
-        body = self._checked(self.http.post("/ap/sep/auth", json={
+        body = self._checked(self.http.post("/ap/sep/sandbox-token", json={
             "account": self.account, "client_name": self.client_name,
             "client_domain": self.client_domain}), "SEP-10")
         self.token = body["token"]

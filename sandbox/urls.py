@@ -3,6 +3,7 @@ import importlib
 from django.urls import include, path
 
 from sandbox import fx
+from sandbox.ap.views import stellar_toml_view
 from sandbox.control import views
 from sandbox.registry import STANDINS
 
@@ -10,6 +11,7 @@ urlpatterns = [
     path("sandbox/faults", views.faults_view),
     path("sandbox/reset", views.reset_view),
     path("fx/rates", fx.rates_view),
+    path(".well-known/stellar.toml", stellar_toml_view),  # SEP-1 (sandbox/ap/sep10.py)
 ]
 
 # Each stand-in serves under its own prefix once it has a urls.py.

@@ -265,7 +265,7 @@ def test_a_deposit_from_the_wallets_link_to_completed(page, web):
     assert page.goto(f"{web.url}/sep24/transaction/{transaction_id}").status == 403
     expect(page.locator("section.error-page")).to_have_attribute("data-reason", "forbidden")
     shot(page, "error-4-no-session", document_status=403)
-    token = web.sandbox.http.post("/ap/sep/auth", json={"account": wallet.address}
+    token = web.sandbox.http.post("/ap/sep/sandbox-token", json={"account": wallet.address}
                                   ).json()["token"]
     sep_tx = web.sandbox.http.get("/ap/sep/transaction", params={"id": transaction_id},
                                   headers={"Authorization": f"Bearer {token}"}

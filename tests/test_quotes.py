@@ -319,7 +319,7 @@ def test_two_flows_racing_for_one_firm_quote_one_wins():
 
 def _wallet_token(sandbox) -> tuple[str, dict]:
     account = Keypair.random().public_key
-    token = sandbox.http.post("/ap/sep/auth", json={"account": account}).json()["token"]
+    token = sandbox.http.post("/ap/sep/sandbox-token", json={"account": account}).json()["token"]
     return account, {"Authorization": f"Bearer {token}"}
 
 

@@ -161,7 +161,7 @@ def test_a_withdrawal_counts_its_rupees_against_the_limit(clean_sandbox, setting
 # --- a SEP-12 DELETE resets nothing (found by an attacker trial, 2026-12-04) ------------
 
 def sep12_delete(sbx, wallet: Wallet):
-    token = sbx.http.post("/ap/sep/auth", json={"account": wallet.address}
+    token = sbx.http.post("/ap/sep/sandbox-token", json={"account": wallet.address}
                           ).raise_for_status().json()["token"]
     return sbx.http.request("DELETE", f"/ap/sep/sep12/customer/{wallet.address}", json={},
                             headers={"Authorization": f"Bearer {token}"})

@@ -46,7 +46,8 @@ def _local(url: str) -> str:
 
 
 def _links(sandbox, wallet: Wallet, transaction_id: str, url: str) -> Links:
-    token = sandbox.http.post("/ap/sep/auth", json={"account": wallet.address}).json()["token"]
+    token = sandbox.http.post("/ap/sep/sandbox-token",
+                              json={"account": wallet.address}).json()["token"]
     sep_tx = sandbox.http.get("/ap/sep/transaction", params={"id": transaction_id},
                               headers={"Authorization": f"Bearer {token}"}
                               ).json()["transaction"]

@@ -5,7 +5,8 @@
 - Authentication (SEP-31 "Authentication"): every endpoint wants ``Authorization:
   Bearer <token>``; a request without a valid one is answered 403. SEP-10 is reduced to
   a sandbox token: ``sandbox-sep31:<G... account>``, or a token of the AP stand-in's
-  SEP-10 (``POST /ap/sep/auth``). Any account is a partner here (no bilateral list), but a
+  token shortcut (``POST /ap/sep/sandbox-token``). Any account is a partner here (no
+  bilateral list), but a
   transaction is only visible to the account that created it (404 to anyone else).
 - ``GET /info`` (SEP-31 "GET Info"): one asset, ``USDC`` of the sandbox issuer, 1:1 with
   no SEP-38 quotes, no fee, KYC types ``sep31-sender`` / ``sep31-receiver`` (SEP-12 is

@@ -184,6 +184,7 @@ def sep24_object(txn: ApTransaction) -> dict:
         "amount_out_asset": txn.amount_out_asset,
         "amount_fee": txn.amount_fee,
         "amount_fee_asset": txn.amount_fee_asset,
+        "fee_details": fee_details(txn),  # SEP-24 v3 / AP 2.x+
         "started_at": instant(txn.started_at),
         "updated_at": instant(txn.updated_at),
         "completed_at": instant(txn.completed_at),

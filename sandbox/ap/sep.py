@@ -1,8 +1,10 @@
 """Wallet-facing SEP server of the AP stand-in: SEP-10 reduced to a bearer token, and
 SEP-24 (NOTES §4).
 
-SEP-10 here is one call, ``POST /ap/sep/auth {"account", "memo"?, "client_domain"?,
-"client_name"?}``, answering ``{"token"}``: a JWT HS256 with the sandbox's own secret
+The drivers' shortcut, NOT SEP-10 (real SEP-10 is sandbox/ap/sep10.py at
+``/ap/sep/auth``), is one call, ``POST /ap/sep/sandbox-token {"account", "memo"?,
+"client_domain"?, "client_name"?}``, answering ``{"token"}``: a JWT HS256 with the
+sandbox's own secret
 (``SANDBOX_AP_SEP10_JWT_SECRET``), ``sub`` = the account, ``account:memo`` for a
 memo-identified custodial user, or the M-address of a muxed user (AP 4.3.0+, PR #1930).
 ``client_name`` stands in for AP's clients config (the name AP would resolve for the
@@ -294,3 +296,50 @@ def find_for_wallet(auth: WebAuth, *, transaction_id: str | None,
     if txn is None or txn.web_auth_account != auth.account:
         raise SepError(404, "transaction not found")
     return txn
+
+
+def sep24_info() -> dict:
+    """SEP-24 ``GET /info`` (AP ``Sep24Service.getInfo``): USDC for deposit and
+    withdrawal, no fee endpoint, no account creation or claimable balances."""
+    asset = {"enabled": True, "min_amount": 1, "max_amount": 1000000}
+    return {"deposit": {settings.STELLAR_USDC_CODE: asset},
+            "withdraw": {settings.STELLAR_USDC_CODE: asset},
+            "fee": {"enabled": False},
+            "features": {"account_creation": False, "claimable_balances": False}}
+
+
+def wallet_transactions(auth: WebAuth, params) -> list[ApTransaction]:
+    """SEP-24 ``GET /transactions``: the wallet's own deposits and withdrawals of
+    ``asset_code`` (required), newest first; ``kind`` deposit|withdrawal,
+    ``no_older_than`` (ISO 8601), ``paging_id`` (those started before that transaction),
+    ``limit`` (default and maximum 100). Raises SepError 400."""
+    from django.utils.dateparse import parse_datetime
+
+    code = params.get("asset_code")
+    if not code:
+        raise SepError(400, "asset code must be provided")
+    if code != settings.STELLAR_USDC_CODE:
+        raise SepError(400, f"invalid operation for asset {code}")
+    rows = ApTransaction.objects.using(DB).filter(
+        web_auth_account=auth.account, request_asset_code=code, kind__in=("deposit",
+                                                                           "withdrawal"))
+    kind = params.get("kind")
+    if kind:
+        if kind not in ("deposit", "withdrawal"):
+            raise SepError(400, "kind must be deposit or withdrawal")
+        rows = rows.filter(kind=kind)
+    if params.get("no_older_than"):
+        since = parse_datetime(params["no_older_than"])
+        if since is None:
+            raise SepError(400, "no_older_than must be an ISO 8601 date-time")
+        rows = rows.filter(started_at__gte=since)
+    if params.get("paging_id"):
+        anchor = rows.filter(pk=params["paging_id"]).first()
+        if anchor is None:
+            raise SepError(400, "paging_id is not one of your transactions")
+        rows = rows.filter(started_at__lt=anchor.started_at)
+    try:
+        limit = min(100, max(1, int(params.get("limit") or 100)))
+    except ValueError:
+        raise SepError(400, "limit must be an integer") from None
+    return list(rows.order_by("-started_at", "-pk")[:limit])

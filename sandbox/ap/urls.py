@@ -12,10 +12,13 @@ urlpatterns = [
     path("platform/transactions", views.transactions_view),
     path("platform/transactions/<str:transaction_id>", views.transaction_view),
     # SEP server (wallet-facing).
-    path("sep/auth", views.auth_view),
+    path("sep/auth", views.sep10_view),  # SEP-10
+    path("sep/sandbox-token", views.auth_view),  # NOT SEP-10: the drivers' shortcut
     path("sep/transactions/deposit/interactive", views.deposit_interactive_view),
     path("sep/transactions/withdraw/interactive", views.withdraw_interactive_view),
     path("sep/transaction", views.sep_transaction_view),
+    path("sep/info", views.sep24_info_view),
+    path("sep/transactions", views.sep24_transactions_view),
     path("sep/sep38/info", views.sep38_info_view),
     path("sep/sep38/prices", views.sep38_prices_view),
     path("sep/sep38/price", views.sep38_price_view),

@@ -27,10 +27,10 @@ from functools import wraps
 
 import jwt
 from django.conf import settings
-from django.http import HttpResponseNotAllowed, JsonResponse
+from django.http import HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from sandbox.ap import listing, rpc, sep, sep12, sep31, sep38
+from sandbox.ap import listing, rpc, sep, sep10, sep12, sep31, sep38
 from sandbox.ap.models import ApEvent, ApObservedPayment, ApObserverState, ApTransaction
 from sandbox.ap.objects import instant, platform_object, sep24_object
 from sandbox.control import faults
@@ -162,9 +162,51 @@ def _sep_error(exc: sep.SepError) -> JsonResponse:
     return JsonResponse({"error": exc.message}, status=exc.status)
 
 
+def _cors(response):
+    """SEP endpoints are called from browser wallets (SEP-1/10/24: CORS on every
+    response, any origin; they are bearer-token APIs, no cookies)."""
+    response["Access-Control-Allow-Origin"] = "*"
+    response["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
+    response["Access-Control-Allow-Methods"] = "GET, POST, PUT, DELETE, OPTIONS"
+    return response
+
+
+def cors(view):
+    """Answer a preflight ``OPTIONS`` with 204 and add CORS headers to ``view``'s."""
+    def wrapped(request, *args, **kwargs):
+        if request.method == "OPTIONS":
+            return _cors(HttpResponse(status=204))
+        return _cors(view(request, *args, **kwargs))
+    wrapped.__doc__, wrapped.__name__ = view.__doc__, view.__name__
+    return csrf_exempt(wrapped)
+
+
+@cors
+def sep10_view(request):
+    """SEP-10 (sandbox/ap/sep10.py): ``GET`` a challenge, ``POST {"transaction"}`` the
+    signed challenge for a token."""
+    try:
+        if request.method == "GET":
+            return JsonResponse(sep10.challenge(
+                request, account=request.GET.get("account"),
+                home=request.GET.get("home_domain"),
+                client_domain=request.GET.get("client_domain"), memo=request.GET.get("memo")))
+        if request.method == "POST":
+            return JsonResponse(sep10.token(request, _fields(request).get("transaction")))
+    except sep.SepError as exc:
+        return _sep_error(exc)
+    return HttpResponseNotAllowed(["GET", "POST"])
+
+
+def stellar_toml_view(request):
+    """``GET /.well-known/stellar.toml`` (SEP-1), with CORS as SEP-1 requires."""
+    return _cors(HttpResponse(sep10.stellar_toml(request), content_type="text/plain"))
+
+
 @csrf_exempt
 def auth_view(request):
-    """``POST /ap/sep/auth``: the sandbox's SEP-10 reduced to one call."""
+    """``POST /ap/sep/sandbox-token``: NOT SEP-10: the drivers' shortcut to a sandbox
+    token for any account, without a challenge (tests and demos only)."""
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
     try:
@@ -189,18 +231,19 @@ def _interactive(request, kind: str):
     return JsonResponse(answer)
 
 
-@csrf_exempt
+@cors
 def deposit_interactive_view(request):
     """``POST /ap/sep/transactions/deposit/interactive``."""
     return _interactive(request, "deposit")
 
 
-@csrf_exempt
+@cors
 def withdraw_interactive_view(request):
     """``POST /ap/sep/transactions/withdraw/interactive``."""
     return _interactive(request, "withdrawal")
 
 
+@cors
 def sep_transaction_view(request):
     """``GET /ap/sep/transaction?id=|stellar_transaction_id=|external_transaction_id=``."""
     if request.method != "GET":
@@ -214,6 +257,27 @@ def sep_transaction_view(request):
     except sep.SepError as exc:
         return _sep_error(exc)
     return JsonResponse({"transaction": sep24_object(txn)})
+
+
+@cors
+def sep24_info_view(request):
+    """SEP-24 ``GET /info``."""
+    if request.method != "GET":
+        return HttpResponseNotAllowed(["GET"])
+    return JsonResponse(sep.sep24_info())
+
+
+@cors
+def sep24_transactions_view(request):
+    """SEP-24 ``GET /transactions`` (sandbox/ap/sep.py ``wallet_transactions``)."""
+    if request.method != "GET":
+        return HttpResponseNotAllowed(["GET"])
+    try:
+        auth = sep.read_token(request.headers.get("Authorization"))
+        rows = sep.wallet_transactions(auth, request.GET)
+    except sep.SepError as exc:
+        return _sep_error(exc)
+    return JsonResponse({"transactions": [sep24_object(txn) for txn in rows]})
 
 
 def _optional_auth(request) -> sep.WebAuth | None:

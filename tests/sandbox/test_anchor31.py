@@ -223,7 +223,7 @@ def test_every_sep31_endpoint_needs_a_token(anchor):
 
 
 def test_an_ap_sep10_token_authenticates_too(anchor, sandbox):
-    token = httpx.post(f"{sandbox.url}/ap/sep/auth", json={"account": PARTNER},
+    token = httpx.post(f"{sandbox.url}/ap/sep/sandbox-token", json={"account": PARTNER},
                        timeout=10).json()["token"]
 
     response = anchor.http.get("/info", headers={"Authorization": f"Bearer {token}"})

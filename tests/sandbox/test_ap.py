@@ -151,7 +151,7 @@ def list_tx(sandbox, **query) -> httpx.Response:
 
 
 def wallet_token(sandbox, account: str, **extra) -> str:
-    response = httpx.post(f"{sandbox.url}/ap/sep/auth", json={"account": account, **extra},
+    response = httpx.post(f"{sandbox.url}/ap/sep/sandbox-token", json={"account": account, **extra},
                           timeout=10)
     assert response.status_code == 200, response.text
     return response.json()["token"]

@@ -63,7 +63,7 @@ def get_tx(sandbox, transaction_id: str) -> dict:
 
 def wallet_token(sandbox, account: str, memo: str | None = None) -> str:
     body = {"account": account, **({"memo": memo} if memo else {})}
-    response = httpx.post(f"{sandbox.url}/ap/sep/auth", json=body, timeout=10)
+    response = httpx.post(f"{sandbox.url}/ap/sep/sandbox-token", json=body, timeout=10)
     assert response.status_code == 200, response.text
     return response.json()["token"]
 

@@ -39,7 +39,7 @@ def sa(ap) -> SendingAnchor:
 
 def token(sandbox, account: str, memo: str | None = None) -> dict:
     body = {"account": account, **({"memo": memo} if memo else {})}
-    value = httpx.post(f"{sandbox.url}/ap/sep/auth", json=body, timeout=10).json()["token"]
+    value = httpx.post(f"{sandbox.url}/ap/sep/sandbox-token", json=body, timeout=10).json()["token"]
     return {"Authorization": f"Bearer {value}"}
 
 

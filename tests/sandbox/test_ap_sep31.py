@@ -157,7 +157,7 @@ def test_ap_does_no_kyc_check_a_made_up_receiver_is_accepted(sa):
 
 
 def test_only_its_creator_sees_a_transaction(ap, sa, created):
-    other = httpx.post(f"{ap.url}/ap/sep/auth", json={"account": keys.HUB.public_key},
+    other = httpx.post(f"{ap.url}/ap/sep/sandbox-token", json={"account": keys.HUB.public_key},
                        timeout=10).json()["token"]
     response = httpx.get(f"{ap.url}/ap/sep/sep31/transactions/{created.transaction_id}",
                          headers={"Authorization": f"Bearer {other}"}, timeout=10)
