@@ -23,9 +23,16 @@ $(STAMP): requirements.txt requirements-dev.txt
 run: $(STAMP)
 	$(DEV) run -- $(BIN)/python scripts/run_dev.py
 
+# Stellar's TypeScript wallet SDK for tests/test_wallet_sdk.py (package-lock.json), when
+# npm is installed (README); without it that test skips (and fails under CI=true).
+NODE_STAMP := node_modules/.installed
+$(NODE_STAMP): package-lock.json
+	@if command -v npm >/dev/null 2>&1; then npm ci --no-audit --no-fund --loglevel=error && touch $(NODE_STAMP); \
+	else echo "npm not found: tests/test_wallet_sdk.py will skip (apt-get install nodejs npm)"; fi
+
 # The suite in TEST_WORKERS processes (pytest-xdist; whole files per worker); 0: one.
 TEST_WORKERS ?= 2
-test: $(STAMP)
+test: $(STAMP) $(NODE_STAMP)
 	$(DEV) run -- $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 demo: $(STAMP)
