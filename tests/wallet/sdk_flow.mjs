@@ -45,15 +45,35 @@ try {
   say("sep24_info", { deposit: Object.keys(info.deposit || {}),
                       withdraw: Object.keys(info.withdraw || {}) });
 
-  const started = await sep24.deposit({ assetCode: "USDC", authToken: token });
+  // The wallet's own account (funded and trusting USDC by the test) deposits.
+  const owner = SigningKeypair.fromSecret(process.env.WALLET_SECRET);
+  const ownerToken = await (await anchor.sep10()).authenticate({ accountKp: owner });
+  const started = await sep24.deposit({ assetCode: "USDC", authToken: ownerToken });
   say("deposit_started", { id: started.id, url: started.url, type: started.type });
-  const read = await sep24.getTransactionBy({ authToken: token, id: started.id });
+  const read = await sep24.getTransactionBy({ authToken: ownerToken, id: started.id });
   say("deposit_read", { id: read.id, status: read.status, kind: read.kind });
-  const listed = await sep24.getTransactionsForAsset({ authToken: token, assetCode: "USDC" });
+  const listed = await sep24.getTransactionsForAsset({ authToken: ownerToken,
+                                                       assetCode: "USDC" });
   say("deposit_listed", { ids: listed.map((t) => t.id) });
+  // The test plays the webview now; the SDK's watcher follows the transaction to its end.
+  const seen = [];
+  let timer;
+  const final = await new Promise((resolve, reject) => {
+    const { stop } = sep24.watcher().watchOneTransaction({
+      authToken: ownerToken, assetCode: "USDC", id: started.id, timeout: 500,
+      onMessage: (t) => { if (!seen.includes(t.status)) seen.push(t.status); },
+      onSuccess: (t) => { stop(); resolve(t); },
+      onError: (e) => { stop(); reject(e instanceof Error ? e : new Error(JSON.stringify(e))); },
+    });
+    timer = setTimeout(() => { stop(); reject(new Error(`no final status; saw ${seen}`)); },
+                       90000);
+  }).finally(() => clearTimeout(timer));
+  say("deposit_final", { status: final.status, seen,
+                         stellar_transaction_id: final.stellar_transaction_id ?? null });
   say("done");
 } catch (error) {
   say("error", { message: String(error?.message || error),
                  response: error?.response?.data ?? null });
   process.exitCode = 1;
 }
+process.exit();
