@@ -16,9 +16,9 @@ import logging
 from decimal import Decimal
 
 from django.conf import settings
-from django.core.cache import cache
 
 from anchor import stellar
+from common.cached import cached_decimal
 
 log = logging.getLogger(__name__)
 KEY = "corridor:liquidity:distribution_usdc"
@@ -26,19 +26,15 @@ KEY = "corridor:liquidity:distribution_usdc"
 
 def distribution_usdc() -> Decimal | None:
     """The distribution account's USDC as last read (cached), or None if unreadable."""
-    value = cache.get(KEY)
-    if value is not None:
-        return Decimal(value)
-    try:
-        balance = stellar.asset_balance(stellar.distribution_keypair().public_key,
-                                        stellar.usdc())
-    except stellar.HorizonUnavailable as exc:
-        log.warning("liquidity: distribution USDC unreadable: %s", exc)
-        return None
-    if balance is None:
-        return None
-    cache.set(KEY, str(balance), settings.TREASURY_BALANCE_CACHE_S)
-    return balance
+    def read() -> Decimal | None:
+        try:
+            return stellar.asset_balance(stellar.distribution_keypair().public_key,
+                                         stellar.usdc())
+        except stellar.HorizonUnavailable as exc:
+            log.warning("liquidity: distribution USDC unreadable: %s", exc)
+            return None
+
+    return cached_decimal(KEY, read, settings.TREASURY_BALANCE_CACHE_S)
 
 
 def release_shortfall(amount_usdc: Decimal) -> str:

@@ -11,9 +11,9 @@ import logging
 from decimal import Decimal
 
 from django.conf import settings
-from django.core.cache import cache
 
 from anchor import razorpay as rzp
+from common.cached import cached_decimal
 from payouts import statement
 
 log = logging.getLogger(__name__)
@@ -22,16 +22,14 @@ KEY = "corridor:liquidity:razorpayx_available_inr"
 
 def razorpayx_available() -> Decimal | None:
     """RazorpayX's available rupees as last read (cached), or None if unreadable."""
-    value = cache.get(KEY)
-    if value is not None:
-        return Decimal(value)
-    try:
-        available = statement.balance().available
-    except rzp.RazorpayError as exc:
-        log.warning("liquidity: RazorpayX balance unreadable: %s", exc)
-        return None
-    cache.set(KEY, str(available), settings.TREASURY_BALANCE_CACHE_S)
-    return available
+    def read() -> Decimal | None:
+        try:
+            return statement.balance().available
+        except rzp.RazorpayError as exc:
+            log.warning("liquidity: RazorpayX balance unreadable: %s", exc)
+            return None
+
+    return cached_decimal(KEY, read, settings.TREASURY_BALANCE_CACHE_S)
 
 
 def payout_shortfall(amount_inr: Decimal) -> str:

@@ -15,7 +15,13 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
 
-from common.console import NoteForm, OperationRefused, ReadOnlyAdmin, confirm_action
+from common.console import (
+    NoteForm,
+    OperationRefused,
+    ReadOnlyAdmin,
+    ReadOnlyInline,
+    confirm_action,
+)
 from treasury import floats, operations, report
 from treasury.models import Break, BreakEvent, ReconRun
 
@@ -107,18 +113,10 @@ class ExplainForm(NoteForm):
     field_order = ["amount", "note"]
 
 
-class BreakEventInline(admin.TabularInline):
+class BreakEventInline(ReadOnlyInline, admin.TabularInline):
     model = BreakEvent
     fields = ("created_at", "action", "operator", "note", "detail")
     readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Break)
