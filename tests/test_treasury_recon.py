@@ -218,11 +218,12 @@ def test_usdc_the_books_do_not_know_is_a_break_on_the_distribution_account(recon
     # The issuer mints 7 USDC into it (a treasury move nobody booked).
     recon.http.post("/horizon/sandbox/fund", json={"account": distribution, "amount": "7"}
                     ).raise_for_status()
-    wait_for(lambda: reconcile() and balance_breaks("horizon"), timeout=10, interval=0.5,
-             what="the distribution account's break")
+    key = f"horizon:balance_differs:{distribution}"
+    wait_for(lambda: reconcile() and key in balance_breaks("horizon"), timeout=10,
+             interval=0.5, what="the distribution account's break")
 
-    assert balance_breaks("horizon") == {
-        f"horizon:balance_differs:{distribution}": Decimal("7")}
+    # (the hub may show one too: its chain keeps earlier tests' USDC, this database not)
+    assert balance_breaks("horizon")[key] == Decimal("7")
 
 
 # --- the run, the operators, the report ---------------------------------------------------
