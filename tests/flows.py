@@ -38,15 +38,19 @@ from sandbox.drivers import Customer, Wallet, horizon  # noqa: F401 - re-exporte
 from tests.conftest import ARTIFACTS, FAST_TIMINGS, ROOT, free_port
 
 
-def wait_for(predicate, *, timeout: float = 30.0, interval: float = 0.2, what: str = ""):
-    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` s."""
+def wait_for(predicate, *, timeout: float = 30.0, interval: float = 0.2, what: str = "",
+             explain=None):
+    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` s, with
+    what ``explain()`` returns (the state worth seeing) in the message."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+            state = f"; state: {explain()!r}" if explain else ""
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {what or predicate}{state}")
         time.sleep(interval)
 
 
