@@ -88,8 +88,8 @@ async function withdrawal(sep24, ownerToken, owner) {
       id: t.id, withdraw_anchor_account: t.withdraw_anchor_account,
       withdraw_memo: t.withdraw_memo, withdraw_memo_type: t.withdraw_memo_type,
       amount_in: t.amount_in });
-    const builder = await wallet.stellar().transaction({ sourceAddress: owner,
-                                                         timebounds: 60 });
+    // No timebounds: the SDK sets the configuration's defaultTimeout.
+    const builder = await wallet.stellar().transaction({ sourceAddress: owner });
     const payment = builder.transferWithdrawalTransaction(t, usdc).build();
     owner.sign(payment);
     await wallet.stellar().submitTransaction(payment);
