@@ -235,3 +235,23 @@ def pytest_collection_modifyitems(session, config, items):
     """The chaos campaign restarts the embedded PostgreSQL and Redis this suite uses:
     its tests run after every other test."""
     items.sort(key=lambda item: item.nodeid.startswith("tests/test_chaos.py"))
+
+
+@pytest.fixture(scope="module")
+def playwright():
+    """Playwright's sync API for a module's browser tests (tests/browser.py:
+    ``start_playwright``; skips, or fails under CI=true, without Chromium)."""
+    from tests.browser import start_playwright
+
+    with start_playwright() as p:
+        yield p
+
+
+@pytest.fixture
+def page(playwright, tmp_path):
+    """A phone-sized Chromium page in a fresh profile, its responses recorded in
+    ``page.responses`` (tests/browser.py: ``open_page``)."""
+    from tests.browser import open_page
+
+    with open_page(playwright, tmp_path / "chromium-profile") as opened:
+        yield opened
