@@ -547,7 +547,10 @@ def asset_balance(address: str, asset: Asset) -> Decimal | None:
     if account is None:
         return None
     for line in account.get("balances", []):
-        if line.get("asset_code") == asset.code and line.get("asset_issuer") == asset.issuer:
+        if asset.is_native():  # Horizon's native line has no asset_code / asset_issuer
+            if line.get("asset_type") == "native":
+                return Decimal(line["balance"])
+        elif line.get("asset_code") == asset.code and line.get("asset_issuer") == asset.issuer:
             return Decimal(line["balance"])
     return Decimal(0)
 

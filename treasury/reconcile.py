@@ -255,8 +255,15 @@ def _kind(payout: WithdrawalPayout) -> str:
 
 
 def _balance(books, outside, in_flight, explained, left) -> dict:
-    return {"books": str(books), "outside": str(outside), "in_flight": str(in_flight),
-            "explained_by_breaks": str(explained), "difference": str(left)}
+    """A compared balance as stored (JSON strings, plain notation: ``0.0000000``, not
+    the ``0E-7`` that ``str`` gives a zero sum of 7-dp amounts)."""
+    return {"books": _plain(books), "outside": _plain(outside),
+            "in_flight": _plain(in_flight), "explained_by_breaks": _plain(explained),
+            "difference": _plain(left)}
+
+
+def _plain(value) -> str:
+    return format(value, "f") if isinstance(value, Decimal) else str(value)
 
 
 # --- Horizon ----------------------------------------------------------------------------
@@ -290,7 +297,7 @@ def _horizon(counts: dict, balances: dict) -> list[Found]:
                            {"balance": str(hub_chain), "account": hub}))
     for address in [distribution, hub, *stellar.channel_keypairs()]:
         balances[f"XLM {address[:6]}…{address[-4:]}"] = {
-            "outside": str(stellar.asset_balance(address, Asset.native()) or ZERO)}
+            "outside": _plain(stellar.asset_balance(address, Asset.native()) or ZERO)}
     counts["horizon"] = {"accounts": 2 + len(stellar.channel_keypairs()), "busy": busy}
     return found
 

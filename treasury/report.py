@@ -70,5 +70,10 @@ def report_csv(day: date) -> str:
     writer = csv.writer(out)
     writer.writerow(COLUMNS)
     for row in daily_report(day):
-        writer.writerow([getattr(row, column) for column in COLUMNS])
+        writer.writerow([_plain(getattr(row, column)) for column in COLUMNS])
     return out.getvalue()
+
+
+def _plain(value):
+    """A Decimal in plain notation (``0.0000000``, never ``str``'s ``0E-7``)."""
+    return format(value, "f") if isinstance(value, Decimal) else value
