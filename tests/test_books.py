@@ -217,7 +217,7 @@ def test_a_rolled_back_payout_completion_leaves_no_paid_entry(sbx):
     assert Entry.objects.filter(reference=transaction_id, kind="withdrawal.paid").count() == 1
 
 
-def test_a_reversed_payout_credits_razorpayx_back_and_holds_the_rupees_owed(sbx):
+def test_a_reversed_payout_credits_razorpayx_back_holds_the_rupees_and_repays_them(sbx):
     sbx.fault("razorpayx.processed_then_reversed", times=1, after_s=1)
     wallet, transaction_id, pay = start_withdrawal(sbx)
     pay_and_wait_for_ap(wallet, pay)
@@ -243,6 +243,22 @@ def test_a_reversed_payout_credits_razorpayx_back_and_holds_the_rupees_owed(sbx)
     guard.payout_apply_status(payout=payout, state=guard.provider().fetch(
         payout.provider_payout_id))
     assert Entry.objects.count() == count
+
+    # An operator confirms it paid after all (paid again outside Corridor, new UTR): the
+    # rupees held again left the current account, once.
+    operations.payout_confirm_paid(payout_id=payout.pk, utr="NEFTN20240517001",
+                                   operator=operator(), note="OPS-51 paid by NEFT")
+    assert lines(f"withdrawal:{transaction_id}:repaid") == {
+        ("owed:reversed", INR): request.amount_out,
+        ("razorpayx:current", INR): -request.amount_out}
+    assert ledger.balance(account="owed:reversed", currency=INR) == 0
+    assert ledger.balance(account="razorpayx:current", currency=INR) == -request.amount_out
+    assert all(v == 0 for v in owed_balances().values()), owed_balances()
+    count = Entry.objects.count()
+    chart.payout_repaid(kind="withdrawal", transaction_id=transaction_id,
+                        amount_out=request.amount_out)
+    assert Entry.objects.count() == count
+    assert ledger.trial_balance().ok
 
 
 # --- SEP-31 receives and refunds ----------------------------------------------------------

@@ -26,7 +26,8 @@ RazorpayX (payouts), the account statement since the look-back's first day:
 - ``bank_transfer`` rows (top-ups, the opening balance) are booked as funding;
 - each ``payout`` row is matched with Corridor's payout by payout id (none:
   ``missing_in_books``), then its amount, its fees and tax (``amount_differs``) and its
-  UTR (``utr_differs``); a payout Corridor booked paid that the statement does not show
+  UTR (``utr_differs``; not for a reversed payout an operator confirmed paid, whose UTR
+  is the new payment's); a payout Corridor booked paid that the statement does not show
   after TREASURY_STATEMENT_GRACE_S: ``missing_outside``;
 - each ``reversal`` row of a payout Corridor booked paid and not reversed:
   ``missing_in_books`` (a reversal seen only in the statement, TREASURY §5);
@@ -202,7 +203,10 @@ def _razorpayx(day: date, counts: dict, balances: dict) -> list[Found]:
                 found.append(Found("razorpayx", K.AMOUNT_DIFFERS, row.payout_id,
                                    chart.RAZORPAYX_CURRENT, "INR", -off, books, row.raw))
                 delta -= off
-            if row.utr and payout.reference and row.utr != payout.reference:
+            # A reversed payout an operator confirmed paid holds the new payment's UTR
+            # (payout_confirm_paid): the row keeps the reversed one's, no break.
+            if row.utr and payout.reference and row.utr != payout.reference and not \
+                    chart.posted(f"{_kind(payout)}:{payout.transaction_id}:repaid"):
                 found.append(Found("razorpayx", K.UTR_DIFFERS, row.payout_id,
                                    chart.RAZORPAYX_CURRENT, "INR", ZERO, books, row.raw))
         elif row.kind == "reversal":

@@ -43,6 +43,7 @@ KNOWN: frozenset[str] = frozenset({
     "razorpayx.webhook_duplicate", "razorpayx.webhook_reorder", "razorpayx.webhook_lose",
     "razorpayx.payout_fetch_5xx", "razorpayx.list_lag",
     "razorpayx.reversal_statement_only", "razorpayx.statement_fee_mismatch",
+    "razorpayx.statement_utr_mismatch", "razorpayx.statement_omit_payout",
     # sandbox/anchor31/machine.py
     "anchor31.reject_before_funding", "anchor31.refund_after_funding",
     "anchor31.fail_payout", "anchor31.slow", "anchor31.step_delay", "anchor31.http_5xx",

@@ -52,7 +52,12 @@ Fault switches (``POST /sandbox/faults {"name", "times", "params"}``), taken onc
   ``processed_then_reversed``, but the reversal sends no webhook: only ``GET
   /v1/payouts/{id}`` and the account statement show it;
 - ``razorpayx.statement_fee_mismatch`` ``{"fees_extra": 100, "tax_extra": 0}``: the
-  statement's debit row charges other fees than the payout entity shows.
+  statement's debit row charges other fees than the payout entity shows;
+- ``razorpayx.statement_utr_mismatch`` ``{"utr": ...}``: the statement's rows of the
+  payout show another UTR (default ``STMT`` + the payout's) than the payout entity;
+- ``razorpayx.statement_omit_payout``: the payout lives as usual (processed, webhooks)
+  but the account is never debited: no statement row, the balance unchanged (a payout
+  reported paid that the bank's ledger lacks).
 
 Every payout is debited in the account statement at create, and credited back by a
 reversal row when it is reversed or fails (``sandbox.razorpay.statement``).
@@ -667,6 +672,11 @@ def _take_faults() -> dict:
     if fee is not None:
         flags["statement_fee"] = {"fees_extra": int(fee.get("fees_extra", 100)),
                                   "tax_extra": int(fee.get("tax_extra", 0))}
+    utr = faults.take("razorpayx.statement_utr_mismatch")
+    if utr is not None:
+        flags["statement_utr"] = {"utr": str(utr.get("utr") or "")}
+    if faults.take("razorpayx.statement_omit_payout") is not None:
+        flags["statement_omit"] = True
     return flags
 
 

@@ -35,6 +35,11 @@ Fault switches, taken once per payout create (``sandbox.razorpay.payouts``):
 - ``razorpayx.statement_fee_mismatch`` ``{"fees_extra": 100, "tax_extra": 0}``: the debit
   row charges the payout's fees + ``fees_extra`` (tax + ``tax_extra``) while the payout
   entity keeps its own; a later reversal gives back what the row took;
+- ``razorpayx.statement_utr_mismatch`` ``{"utr": ...}``: the payout's rows show another
+  UTR than the payout entity (default ``STMT`` + the entity's), as a bank reference the
+  statement reports apart from the one in the payout webhook;
+- ``razorpayx.statement_omit_payout``: the payout is never debited (no row, the balance
+  unchanged) while it is processed as usual;
 - ``razorpayx.reversal_statement_only`` ``{"after_s": 1, "reason": ...}``: ``processed``,
   then ``after_s`` later ``reversed`` with its reversal credit in the statement, but
   neither ``payout.reversed`` nor ``transaction.created`` is sent (only the API shows it).
@@ -108,10 +113,13 @@ def _append(account: BankingAccount, now, *, kind: str, amount: int, credit: int
     )
 
 
-def debit_payout(payout: Payout, now) -> AccountTransaction:
+def debit_payout(payout: Payout, now) -> AccountTransaction | None:
     """The debit row of a just created payout (saved), fees as fault
-    ``razorpayx.statement_fee_mismatch`` in ``payout.faults["statement_fee"]`` says. Inside
-    the create's transaction."""
+    ``razorpayx.statement_fee_mismatch`` in ``payout.faults["statement_fee"]`` says; None
+    under ``razorpayx.statement_omit_payout`` (never debited). Inside the create's
+    transaction."""
+    if payout.faults.get("statement_omit"):
+        return None
     extra = payout.faults.get("statement_fee") or {}
     account = _locked_account(payout.debit_account_number, now)
     return _append(account, now, kind="payout", payout=payout, amount=payout.amount,
@@ -144,6 +152,15 @@ def reversal_entity(payout: Payout) -> dict | None:
     return None if row is None else transaction_entity(row)
 
 
+def _utr(payout: Payout) -> str | None:
+    """The payout's UTR as the statement shows it (fault ``razorpayx.statement_utr_mismatch``:
+    another one)."""
+    other = payout.faults.get("statement_utr")
+    if other is None or not payout.utr:
+        return payout.utr
+    return other.get("utr") or f"STMT{payout.utr}"
+
+
 def _source(row: AccountTransaction) -> dict:
     """``source`` of a row: the payout now (docs fetch-all sample keys), the reversal
     (``webhook_transaction_created_reversal.json`` keys) or the bank transfer (docs
@@ -160,7 +177,7 @@ def _source(row: AccountTransaction) -> dict:
             "fees": row.fees,
             "tax": row.tax,
             "status": payout.status,
-            "utr": payout.utr,
+            "utr": _utr(payout),
             "mode": payout.mode,
             "created_at": payout.created_at,
             "fee_type": None,
@@ -174,7 +191,7 @@ def _source(row: AccountTransaction) -> dict:
             "fee": details["fee"],
             "tax": details["tax"],
             "currency": row.currency,
-            "utr": row.payout.utr,
+            "utr": _utr(row.payout),
             "created_at": row.created_at,
         }
     return {
