@@ -14,11 +14,15 @@ from django.contrib.auth.models import Group, User
 from django.core.cache import cache
 from django.db import connection
 
+from anchor import stellar
 from anchor.models import DepositOrder
 from ledger import chart
 from payouts.models import WithdrawalRequest
-from tests.flows import Customer, Wallet, sync_groups
+from tests.flows import Customer, Wallet, processing_payout, sync_groups, vpa_fund_account, wait_for
+from tests.sandbox.razorpayx_calls import create_payout, get_payout
 from treasury import floats
+from treasury.models import Break
+from treasury.reconcile import open_distribution, reconcile
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -102,6 +106,45 @@ def test_the_treasury_page_shows_the_float_chart_and_flows(big, staff, client, s
     # read live from the sandbox's Horizon (earlier tests of the session moved some)
     assert Decimal("1000000") < shown[chart.DISTRIBUTION].outside < Decimal("100000000")
     assert shown[chart.DISTRIBUTION].low and not shown[chart.RAZORPAYX_CURRENT].low
+
+
+def test_the_treasury_page_explains_each_difference_or_shows_it_unexplained(big, staff, client,
+                                                                           settings):
+    settings.TREASURY_STATEMENT_GRACE_S = 0.0
+    big.fault("razorpayx.settle_delay", seconds=0.2)
+    open_distribution()
+    stuck = processing_payout(big, "razorpayx.payout_stuck_processing")  # in flight
+    unknown, _ = create_payout(big, vpa_fund_account(big), amount=50000)  # a row break
+    run = reconcile()
+    cache.clear()  # the forms' cached balance read predates the payouts
+
+    shown = {f.account: f for f in floats.floats(live=True)}
+    rzpx = shown[chart.RAZORPAYX_CURRENT]
+    debited = get_payout(big, stuck.provider_payout_id)
+    compared = run.balances["razorpayx:current INR"]
+    assert rzpx.in_flight == -chart.rupees(debited["amount"] + debited["fees"])
+    assert Break.objects.get(reference=unknown["id"]).status == "open"
+    assert rzpx.breaks == Decimal(compared["explained_by_breaks"]) <= -chart.rupees(
+        unknown["amount"] + unknown["fees"])
+    assert rzpx.unexplained == Decimal(compared["difference"])  # nothing moved since the run
+    assert rzpx.gap == rzpx.in_flight + rzpx.breaks + rzpx.unexplained
+    text = client.get("/admin/treasury/reconrun/treasury/").content.decode()
+    row = text.split('data-account="razorpayx:current"')[1].split("</tr>")[0]
+    assert f'<td class="in-flight">{rzpx.in_flight}</td>' in row
+    assert f'<td class="row-breaks">{rzpx.breaks}</td>' in row
+    assert ("0: explained" in row) == (rzpx.unexplained == 0)
+
+    # 7 USDC nobody booked land on the distribution account: unexplained, at once.
+    distribution = shown[chart.DISTRIBUTION]
+    big.http.post("/horizon/sandbox/fund", json={
+        "account": stellar.distribution_keypair().public_key, "amount": "7"}).raise_for_status()
+    cache.clear()
+    now = wait_for(lambda: (f := floats.floats(live=True)[0]).outside != distribution.outside
+                   and f, timeout=10, what="the distribution account's USDC read")
+    assert now.unexplained == distribution.unexplained + 7
+    text = client.get("/admin/treasury/reconrun/treasury/").content.decode()
+    row = text.split('data-account="stellar:distribution"')[1].split("</tr>")[0]
+    assert f"{now.unexplained} UNEXPLAINED" in row
 
 
 def test_the_treasury_page_is_refused_without_the_view_permission(big, client):

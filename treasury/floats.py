@@ -3,7 +3,13 @@ outside), against its floor, and the closing balances and flows per day over tim
 
 Outside balances come from the SEP-24 pages' cached reads (anchor/liquidity.py,
 payouts/liquidity.py; ``live=True`` reads them now) or else the last reconciliation
-run's; books from the ledger. Amounts Decimal; INR rupees, USDC."""
+run's; books from the ledger. Amounts Decimal; INR rupees, USDC.
+
+Why the two differ (``outside - books``): what the last reconciliation run found in
+flight (RazorpayX's payouts debited there and not booked paid yet, the distribution
+account's receipts no posting counts yet), what the open row breaks on the account
+explain (the sum of their differences: a missing or differing statement row), and the
+unexplained remainder, which an operator looks into."""
 
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from ledger import chart
 from ledger import services as ledger
 from payouts import liquidity as inr_float
 from treasury import report
-from treasury.models import ReconRun
+from treasury.models import Break, ReconRun
 
 # (account, currency, the run's balances key, the floor setting, the live read)
 WATCHED = [
@@ -41,6 +47,22 @@ class Float:
     outside: Decimal | None  # None: never read
     source: str  # "live" | "cached" | "reconciliation <time>" | "unknown"
     floor: Decimal
+    in_flight: Decimal = Decimal(0)  # the last run's in-flight part of outside - books
+    breaks: Decimal = Decimal(0)  # what the open row breaks on the account explain
+
+    @property
+    def gap(self) -> Decimal | None:
+        """outside - books (None: the outside was never read)."""
+        return None if self.outside is None else self.outside - self.books
+
+    @property
+    def explained(self) -> Decimal:
+        return self.in_flight + self.breaks
+
+    @property
+    def unexplained(self) -> Decimal | None:
+        """What neither the payments in flight nor the open row breaks explain."""
+        return None if self.gap is None else self.gap - self.explained
 
     @property
     def low(self) -> bool:
@@ -65,8 +87,31 @@ def floats(*, live: bool = False) -> list[Float]:
             source = f"reconciliation {run.finished_at:%Y-%m-%d %H:%M} UTC"
         out.append(Float(account, currency, ledger.balance(account=account, currency=currency),
                          outside, source if outside is not None else "unknown",
-                         Decimal(getattr(settings, floor))))
+                         Decimal(getattr(settings, floor)), _in_flight(run, run_key),
+                         _row_breaks(account, currency)))
     return out
+
+
+def _in_flight(run: ReconRun | None, run_key: str) -> Decimal:
+    """The part of the run's ``outside - books`` that was in flight: what is left once
+    its row breaks and its unexplained difference are taken out (sign as it moves the
+    difference: a RazorpayX payout debited there and not booked paid is negative, a
+    receipt not booked yet positive). 0 without a run."""
+    compared = (run.balances or {}).get(run_key) if run is not None else None
+    if not compared:
+        return Decimal(0)
+    return (Decimal(compared["outside"]) - Decimal(compared["books"])
+            - Decimal(compared["difference"])
+            - Decimal(compared.get("explained_by_breaks") or 0))
+
+
+def _row_breaks(account: str, currency: str) -> Decimal:
+    """The sum of the open row breaks' differences on the account (a balance break is
+    the unexplained remainder itself, left out)."""
+    return sum(Break.objects.filter(status=Break.Status.OPEN, account=account,
+                                    currency=currency)
+               .exclude(kind=Break.Kind.BALANCE_DIFFERS)
+               .values_list("difference", flat=True), Decimal(0))
 
 
 def history(days: int = 14, today: date | None = None) -> list[tuple[date, dict]]:
