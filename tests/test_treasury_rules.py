@@ -43,6 +43,7 @@ from tests.flows import (
 )
 from tests.recon import balance_breaks, compared, entry_lines, mine, unexplained
 from tests.sandbox.razorpayx_calls import create_payout, get_payout, status_of
+from treasury import operations as treasury_ops
 from treasury.models import Break
 from treasury.reconcile import open_distribution, reconcile
 
@@ -174,6 +175,24 @@ def test_a_payout_the_books_do_not_know_is_missing_in_books_and_explains_the_bal
     assert found.difference == -chart.rupees(payout["amount"] + payout["fees"])
     assert found.books == {"payout": None}
     assert unexplained(run) == unexplained(before)  # the row break explains the balance
+
+
+def test_a_row_break_an_operator_explained_explains_the_balance_no_more(recon):
+    """Its adjusting entry is in the books now: counting the break again as well would
+    leave a balance difference of its amount."""
+    before = reconcile()
+    payout, _ = create_payout(recon, vpa_fund_account(recon), amount=30000)
+    reconcile()
+    found = Break.objects.get(reference=payout["id"])
+    treasury_ops.break_explain(break_id=found.pk, operator=operator(),
+                               amount=str(found.difference),
+                               note="ticket OPS-7: paid from the dashboard by hand")
+
+    run = reconcile()
+
+    found.refresh_from_db()
+    assert found.status == "explained"
+    assert unexplained(run) == unexplained(before)
 
 
 def test_a_reversal_of_a_payout_the_books_do_not_know_is_missing_in_books(recon):

@@ -32,8 +32,9 @@ RazorpayX (payouts), the account statement since the look-back's first day:
 - each ``reversal`` row of a payout Corridor booked paid and not reversed:
   ``missing_in_books`` (a reversal seen only in the statement, TREASURY §5);
 - the balance (``banking_balances``) with ``razorpayx:current`` once the payouts in
-  flight (debited there, not booked paid yet) and the row breaks above are taken into
-  account: what is left is ``balance_differs``.
+  flight (debited there, not booked paid yet) and the row breaks above (less what an
+  operator's adjusting entry for one put in the books already) are taken into account:
+  what is left is ``balance_differs``.
 
 Horizon: the distribution account's USDC with ``stellar:distribution`` plus the
 customers' receipts not accounted for yet, and the hub's USDC with ``hub``; compared
@@ -61,6 +62,7 @@ from anchor import stellar
 from anchor.models import DepositPayment, DepositRefund, DepositRelease
 from ledger import chart
 from ledger import services as ledger
+from ledger.models import Posting
 from payouts import receipts
 from payouts import statement as rzpx
 from payouts.models import WithdrawalPayout, WithdrawalRefund
@@ -237,6 +239,9 @@ def _razorpayx(day: date, counts: dict, balances: dict) -> list[Found]:
                             "amount_paise": payout.amount_paise, "status": payout.status},
                            {"statement_row": None}))
         delta += paid
+    # A row break an operator explained has its adjusting entry in the books already:
+    # that part of it explains the balance no more.
+    delta -= _adjusted([item.key for item in found])
     outside = _rupees(rzpx.balance().amount_paise)
     books = ledger.balance(account=chart.RAZORPAYX_CURRENT, currency="INR")
     left = outside - (books - in_flight + delta)
@@ -249,6 +254,15 @@ def _razorpayx(day: date, counts: dict, balances: dict) -> list[Found]:
                            {"balance": str(outside)}))
     counts["razorpayx"] = {"statement_rows": len(rows)}
     return found
+
+
+def _adjusted(keys: list[str]) -> Decimal:
+    """What operators' adjusting entries for the breaks ``keys`` posted on
+    ``razorpayx:current`` (``chart.adjusted``, key ``adjust:<break key>``)."""
+    return sum(Posting.objects.filter(
+        entry__idempotency_key__in=[f"adjust:{key}" for key in keys],
+        account__code=chart.RAZORPAYX_CURRENT, account__currency="INR",
+    ).values_list("amount", flat=True), ZERO)
 
 
 def _kind(payout: WithdrawalPayout) -> str:
