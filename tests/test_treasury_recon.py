@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import csv
 import io
+from datetime import datetime, timedelta
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
+import httpx
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
+from django.utils import timezone
 
-from anchor import releases
-from anchor.models import DepositPayment
+from anchor import operations as deposit_operations
+from anchor import razorpay as rzp
+from anchor import refunds, releases
+from anchor.models import DepositPayment, DepositRefund
 from common.console import OperationRefused
 from ledger import chart
 from ledger import services as ledger
@@ -79,6 +86,12 @@ def until_settled(payment: DepositPayment) -> None:
     wait_for(lambda: reconcile().status == "done" and chart.posted(
         chart.settled_key(payment.payment_id)), timeout=15, interval=0.5,
         what=f"settlement of {payment.payment_id} booked")
+
+
+def razorpay_recon() -> list:
+    """Every settlement recon row of today and yesterday (Asia/Kolkata)."""
+    today = datetime.now(tz=ZoneInfo("Asia/Kolkata")).date()
+    return [*rzp.settlement_recon(today - timedelta(days=1)), *rzp.settlement_recon(today)]
 
 
 def paid_withdrawal(sandbox) -> WithdrawalPayout:
@@ -163,6 +176,81 @@ def test_a_settlement_short_of_its_rows_is_a_break_on_the_settlement(recon):
     assert [b.source for b in found] == ["razorpay"]
     assert found[0].reference.startswith("setl_")
     assert found[0].difference < 0
+
+
+def refunded_deposit(sandbox, operator) -> tuple[DepositPayment, DepositRefund]:
+    """A deposit paid, then refunded whole through Razorpay by an operator (no release),
+    the refund driven to completed as the task and the sweep would."""
+    transaction_id = paid_deposit(sandbox, Wallet(sandbox))
+    claimed = deposit_operations.deposit_refund(transaction_id=transaction_id,
+                                                operator=operator, note="test refund")
+    refund = wait_for(lambda: (lambda r: r if r.status == "completed" else None)(
+        refunds.refund_drive(refund_id=claimed.pk)), timeout=20, interval=0.3,
+        what="refund completed")
+    return DepositPayment.objects.get(transaction_id=transaction_id), refund
+
+
+def test_a_refunded_deposit_settles_with_its_refund_deducted_and_no_break(recon, operator):
+    payment, refund = refunded_deposit(recon, operator)
+
+    wait_for(lambda: reconcile().status == "done" and chart.posted(
+        chart.settled_key(payment.payment_id)) and chart.posted(
+        chart.settled_key(refund.refund_id)), timeout=15, interval=0.5,
+        what="the payment's settlement and its refund's deduction booked")
+    reconcile()
+
+    assert mine(payment.payment_id, refund.refund_id) == []
+    ours = [b.key for b in Break.objects.filter(kind="amount_differs", status="open")
+            if payment.payment_id in b.books.get("payments", [])
+            or refund.refund_id in b.books.get("refunds", [])]
+    assert ours == []  # no settlement that carries them is off
+    rows = {r.entity_id: r for r in razorpay_recon()}
+    credit, debit = (rows[payment.payment_id].credit_paise, rows[refund.refund_id].debit_paise)
+    assert debit == refund.amount_paise == payment.amount_paise
+    # bank:settlements holds what Razorpay settled for them: the payment's credit less the
+    # refund deducted; nothing is left on razorpay:pending
+    assert ledger.balance(account=chart.BANK_SETTLEMENTS, currency="INR") == chart.rupees(
+        credit - debit)
+    assert ledger.balance(account=chart.RAZORPAY_PENDING, currency="INR") == 0
+    assert ledger.trial_balance().ok
+
+
+def test_a_refund_row_the_books_do_not_know_is_a_break(recon):
+    payment = settled_deposit(recon)
+    # someone refunds part of it on Razorpay's side (the dashboard): no deposit refund here
+    made = httpx.post(f"{recon.url}/razorpay/v1/payments/{payment.payment_id}/refund",
+                      json={"amount": 1000}, auth=(settings.RAZORPAY_KEY_ID,
+                                                   settings.RAZORPAY_KEY_SECRET), timeout=10)
+    assert made.status_code == 200, made.text
+    refund_id = made.json()["id"]
+
+    wait_for(lambda: reconcile() and mine(refund_id), timeout=15, interval=0.5,
+             what="the unknown refund row seen")
+
+    assert mine(refund_id) == [("razorpay", "missing_in_books", refund_id)]
+    found = Break.objects.get(reference=refund_id)
+    assert found.difference == Decimal("-10.00") and found.outside["type"] == "refund"
+    assert not chart.posted(chart.settled_key(refund_id))
+
+
+def test_a_refund_in_the_books_no_settlement_deducts_is_a_break_after_the_window(recon,
+                                                                                settings):
+    # The books hold a refund processed (its rule booked) that Razorpay never deducted.
+    refund = DepositRefund.objects.create(
+        transaction_id="tx-refund-unseen", status="processed", payment_id="pay_Unseen000001",
+        amount_paise=50000, currency="INR", receipt="rcpt-unseen", idempotency_key="key-unseen",
+        refund_id="rfnd_Unseen000001", trigger="operator", reason="test", operator="tina",
+        processed_at=timezone.now())
+    chart.deposit_refunded(refund_id=refund.pk, payment_id=refund.payment_id,
+                           transaction_id=refund.transaction_id, amount=Decimal("500.00"))
+
+    reconcile()
+    assert mine(refund.refund_id) == []  # inside its settlement window: not a break
+
+    settings.TREASURY_SETTLEMENT_WINDOW_S = 0.0
+    reconcile()
+    assert mine(refund.refund_id) == [("razorpay", "missing_outside", refund.refund_id)]
+    assert Break.objects.get(reference=refund.refund_id).difference == Decimal("500.00")
 
 
 # --- RazorpayX statement and balance ------------------------------------------------------
