@@ -419,3 +419,56 @@ def test_treasury_open_books_the_distribution_opening_once(clean_sandbox, capsys
     assert out[0].startswith("treasury_open: booked ") and "already booked" in out[1]
     chain = stellar.asset_balance(stellar.distribution_keypair().public_key, stellar.usdc())
     assert ledger.balance(account=chart.DISTRIBUTION, currency="USDC") == chain
+
+
+def test_treasury_open_books_the_razorpayx_opening_once_and_the_recon_not_again(
+        clean_sandbox, capsys):
+    from django.core.management import call_command
+
+    from payouts import statement
+
+    call_command("treasury_open")
+    call_command("treasury_open")
+
+    outside = chart.rupees(statement.balance().amount_paise)
+    assert outside > 0
+    assert ledger.balance(account=chart.RAZORPAYX_CURRENT, currency="INR") == outside
+    out = capsys.readouterr().out.splitlines()
+    assert "INR on razorpayx:current" in out[0] and "already booked" in out[1]
+    funding = Entry.objects.filter(idempotency_key__startswith="funding:razorpayx:").count()
+    reconcile()
+    # the reconciliation books no statement row the opening booked already
+    assert Entry.objects.filter(idempotency_key__startswith="funding:razorpayx:"
+                                ).count() == funding
+    assert ledger.balance(account=chart.RAZORPAYX_CURRENT, currency="INR") == outside
+
+
+def test_make_run_opens_the_books_once_the_sandbox_answers(clean_sandbox):
+    """scripts/run_dev.py's step after honcho started the sandbox: ``treasury_open`` in a
+    process of its own against this database, as ``make run`` runs it."""
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    from django.conf import settings as django_settings
+
+    from anchor import stellar
+    from payouts import statement
+
+    path = Path(django_settings.BASE_DIR) / "scripts" / "run_dev.py"
+    spec = importlib.util.spec_from_file_location("run_dev", path)
+    run_dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_dev)
+    db = django_settings.DATABASES["default"]
+    env = {**os.environ, "SANDBOX_URL": clean_sandbox.url,
+           "HORIZON_URL": django_settings.HORIZON_URL,
+           "RAZORPAY_API_URL": django_settings.RAZORPAY_API_URL,
+           "DATABASE_URL": f"postgresql://{db.get('USER') or 'postgres'}@{db['HOST']}:"
+                           f"{db['PORT']}/{db['NAME']}"}
+
+    assert run_dev.open_books(env, wait_s=60) == 0
+
+    assert ledger.balance(account=chart.RAZORPAYX_CURRENT, currency="INR") == chart.rupees(
+        statement.balance().amount_paise)
+    assert ledger.balance(account=chart.DISTRIBUTION, currency="USDC") == (
+        stellar.asset_balance(stellar.distribution_keypair().public_key, stellar.usdc()))

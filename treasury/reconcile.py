@@ -215,9 +215,7 @@ def _razorpayx(day: date, counts: dict, balances: dict) -> list[Found]:
     listed: set[str] = set()
     for row in rows:
         if row.kind == "bank_transfer":
-            chart.funded(key=f"razorpayx:{row.transaction_id}", account=chart.RAZORPAYX_CURRENT,
-                         currency="INR", amount=_rupees(row.credit_paise - row.debit_paise),
-                         reference=row.transaction_id)
+            _funded(row)
             continue
         payout = WithdrawalPayout.objects.filter(provider_payout_id=row.payout_id or "").first()
         charged = _rupees(row.debit_paise + row.fees_paise)
@@ -284,6 +282,18 @@ def _razorpayx(day: date, counts: dict, balances: dict) -> list[Found]:
                            {"balance": str(outside)}))
     counts["razorpayx"] = {"statement_rows": len(rows)}
     return found
+
+
+def _funded(row: rzpx.StatementRow) -> bool:
+    """Book a ``bank_transfer`` statement row (a top-up, the opening balance) as funding of
+    ``razorpayx:current``, once (key ``funding:razorpayx:<txn id>``); True when booked now."""
+    key = f"razorpayx:{row.transaction_id}"
+    if chart.posted(f"funding:{key}"):
+        return False
+    chart.funded(key=key, account=chart.RAZORPAYX_CURRENT, currency="INR",
+                 amount=_rupees(row.credit_paise - row.debit_paise),
+                 reference=row.transaction_id)
+    return True
 
 
 def _kind(payout: WithdrawalPayout) -> str:
@@ -436,3 +446,30 @@ def open_distribution(*, operator: str = "") -> Decimal:
         chart.funded(key=key, account=chart.DISTRIBUTION, currency="USDC", amount=amount,
                      reference=operator or "opening")
     return amount
+
+
+def open_razorpayx(*, operator: str = "") -> Decimal:
+    """Book the RazorpayX account's opening balance (``banking_balances``, TREASURY §4.2)
+    as funding of ``razorpayx:current``, so the books hold it from the start rather than
+    from the first reconciliation: the statement's ``bank_transfer`` rows of the
+    look-back are booked under the keys the reconciliation uses (``funding:razorpayx:<txn
+    id>``: never twice), and what the balance holds beyond the books then (older money)
+    once as ``funding:razorpayx:opening``. Returns the INR booked now (0 when everything
+    was booked already). Meant for a start before money moves (``treasury_open``): a
+    payout in flight then would be counted in the opening. Raises RazorpayError."""
+    now = timezone.now()
+    outside = _rupees(rzpx.balance().amount_paise)
+    since = _day_start(now.date() - timedelta(days=settings.TREASURY_RECON_LOOKBACK_DAYS))
+    booked = ZERO
+    with transaction.atomic():
+        for row in rzpx.statement(since, now):
+            if row.kind == "bank_transfer" and _funded(row):
+                booked += _rupees(row.credit_paise - row.debit_paise)
+        key = "razorpayx:opening"
+        if not chart.posted(f"funding:{key}"):
+            rest = outside - ledger.balance(account=chart.RAZORPAYX_CURRENT, currency="INR")
+            if rest:
+                chart.funded(key=key, account=chart.RAZORPAYX_CURRENT, currency="INR",
+                             amount=rest, reference=operator or "opening")
+                booked += rest
+    return booked
