@@ -457,8 +457,10 @@ def open_razorpayx(*, operator: str = "") -> Decimal:
     once as ``funding:razorpayx:opening``. Returns the INR booked now (0 when everything
     was booked already). Meant for a start before money moves (``treasury_open``): a
     payout in flight then would be counted in the opening. Raises RazorpayError."""
-    now = timezone.now()
     outside = _rupees(rzpx.balance().amount_paise)
+    # The statement up to after that read: a row the balance holds (the account's opening
+    # row is made by its first read) is booked under its own key, never in the rest.
+    now = timezone.now()
     since = _day_start(now.date() - timedelta(days=settings.TREASURY_RECON_LOOKBACK_DAYS))
     booked = ZERO
     with transaction.atomic():
