@@ -138,6 +138,10 @@ def _captured(payment_id: str, transaction_id: str, amount_in: Decimal) -> Entry
         reference=transaction_id)
 
 
+def deposit_refund_key(refund_id: int) -> str:
+    return f"deposit_refund:{refund_id}"
+
+
 def deposit_refunded(*, refund_id: int, payment_id: str, transaction_id: str,
                      amount: Decimal, precondition: Precondition | None = None) -> Entry:
     """A deposit's INR sent back through Razorpay's refunds API (anchor/refunds.py, the
@@ -147,7 +151,7 @@ def deposit_refunded(*, refund_id: int, payment_id: str, transaction_id: str,
     reference the AP id."""
     specs = [] if posted(deposit_captured_key(payment_id)) else [
         _captured(payment_id, transaction_id, amount)]
-    specs.append(EntrySpec(f"deposit_refund:{refund_id}", "deposit.refunded", _lines(
+    specs.append(EntrySpec(deposit_refund_key(refund_id), "deposit.refunded", _lines(
         (OWED_DEPOSITS, INR, amount), (RAZORPAY_PENDING, INR, -amount)),
         reference=transaction_id))
     return _post(specs, precondition)[-1]
@@ -359,6 +363,17 @@ def payment_settled(*, payment_id: str, settlement_id: str, amount: Decimal,
     return _post([EntrySpec(settled_key(payment_id), "razorpay.settled", _lines(
         (BANK_SETTLEMENTS, INR, amount - fee), (PROVIDER_FEES, INR, fee - tax),
         (TAXES, INR, tax), (RAZORPAY_PENDING, INR, -amount)),
+        reference=settlement_id)], None)[0]
+
+
+def refund_settled(*, refund_id: str, settlement_id: str, amount: Decimal) -> Entry:
+    """A deposit refund Razorpay deducted from a settlement (a settlement recon row of type
+    ``refund``, TREASURY §3.2: ``debit`` = the refund's amount): Dr ``razorpay:pending`` /
+    Cr ``bank:settlements`` ``amount`` INR, so ``bank:settlements`` holds what Razorpay
+    settled (the refund's own rule credited ``razorpay:pending`` when it was processed).
+    Key ``settlement:<refund id>``, reference the settlement id."""
+    return _post([EntrySpec(settled_key(refund_id), "razorpay.refund_settled", _lines(
+        (RAZORPAY_PENDING, INR, amount), (BANK_SETTLEMENTS, INR, -amount)),
         reference=settlement_id)], None)[0]
 
 

@@ -1,5 +1,7 @@
 """Body of ``make run``: runs inside ``corridor.devservices run`` (services up, URLs in
-the environment). Prepares the database, then hands over to honcho (Procfile.dev).
+the environment). Prepares the database, then hands over to honcho (Procfile.dev);
+once the sandbox answers, opens the treasury's books as ``make demo`` does
+(``manage.py treasury_open``, :func:`open_books`).
 honcho stops every process it started on Ctrl-C; devservices then stops PostgreSQL
 and Redis.
 
@@ -16,6 +18,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -47,6 +51,35 @@ def honcho_argv() -> list[str]:
     return [str(BIN / "honcho"), "start", "-f", "Procfile.dev", "-e", os.devnull]
 
 
+def open_books(env: Mapping[str, str], *, wait_s: float = 120.0) -> int:
+    """Open the treasury's books as ``make demo`` does, once the sandbox answers:
+    ``manage.py treasury_open`` (the distribution account's opening USDC and RazorpayX's
+    opening balance, each booked once), so the treasury page is right from the start
+    rather than after the first reconciliation. Returns its exit code (1 when the
+    sandbox never answered within ``wait_s``)."""
+    import httpx
+
+    url = f"{env['SANDBOX_URL']}/sandbox/faults"
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            print(f"run_dev: the sandbox did not answer at {url}; books not opened "
+                  "(run: python manage.py treasury_open)", file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+    try:
+        return subprocess.run([str(BIN / "python"), "manage.py", "treasury_open"], cwd=ROOT,
+                              env=dict(env), timeout=wait_s).returncode
+    except subprocess.TimeoutExpired:
+        print("run_dev: treasury_open timed out", file=sys.stderr)
+        return 1
+
+
 def main() -> int:
     import environ
 
@@ -58,7 +91,10 @@ def main() -> int:
     subprocess.run([python, "manage.py", "setup_periodic_tasks"], check=True, env=env)
     # Ctrl-C reaches honcho too, which stops its processes; we just wait for it.
     signal.signal(signal.SIGINT, lambda *_: None)
-    return subprocess.call(honcho_argv(), env=env)
+    honcho = subprocess.Popen(honcho_argv(), env=env)
+    # The books open once the sandbox (started by honcho) answers.
+    threading.Thread(target=open_books, args=(env,), daemon=True).start()
+    return honcho.wait()
 
 
 if __name__ == "__main__":

@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import csv
 import io
+import time
+from datetime import datetime, timedelta
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
+import httpx
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
+from django.utils import timezone
 
-from anchor import releases
-from anchor.models import DepositPayment
+from anchor import operations as deposit_operations
+from anchor import razorpay as rzp
+from anchor import refunds, releases
+from anchor.models import DepositPayment, DepositRefund
 from common.console import OperationRefused
 from ledger import chart
 from ledger import services as ledger
@@ -37,7 +45,7 @@ from tests.flows import (
 )
 from treasury import operations, report
 from treasury.models import Break, BreakEvent, ReconRun
-from treasury.reconcile import open_distribution, reconcile
+from treasury.reconcile import open_distribution, open_razorpayx, reconcile
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -79,6 +87,12 @@ def until_settled(payment: DepositPayment) -> None:
     wait_for(lambda: reconcile().status == "done" and chart.posted(
         chart.settled_key(payment.payment_id)), timeout=15, interval=0.5,
         what=f"settlement of {payment.payment_id} booked")
+
+
+def razorpay_recon() -> list:
+    """Every settlement recon row of today and yesterday (Asia/Kolkata)."""
+    today = datetime.now(tz=ZoneInfo("Asia/Kolkata")).date()
+    return [*rzp.settlement_recon(today - timedelta(days=1)), *rzp.settlement_recon(today)]
 
 
 def paid_withdrawal(sandbox) -> WithdrawalPayout:
@@ -163,6 +177,81 @@ def test_a_settlement_short_of_its_rows_is_a_break_on_the_settlement(recon):
     assert [b.source for b in found] == ["razorpay"]
     assert found[0].reference.startswith("setl_")
     assert found[0].difference < 0
+
+
+def refunded_deposit(sandbox, operator) -> tuple[DepositPayment, DepositRefund]:
+    """A deposit paid, then refunded whole through Razorpay by an operator (no release),
+    the refund driven to completed as the task and the sweep would."""
+    transaction_id = paid_deposit(sandbox, Wallet(sandbox))
+    claimed = deposit_operations.deposit_refund(transaction_id=transaction_id,
+                                                operator=operator, note="test refund")
+    refund = wait_for(lambda: (lambda r: r if r.status == "completed" else None)(
+        refunds.refund_drive(refund_id=claimed.pk)), timeout=20, interval=0.3,
+        what="refund completed")
+    return DepositPayment.objects.get(transaction_id=transaction_id), refund
+
+
+def test_a_refunded_deposit_settles_with_its_refund_deducted_and_no_break(recon, operator):
+    payment, refund = refunded_deposit(recon, operator)
+
+    wait_for(lambda: reconcile().status == "done" and chart.posted(
+        chart.settled_key(payment.payment_id)) and chart.posted(
+        chart.settled_key(refund.refund_id)), timeout=15, interval=0.5,
+        what="the payment's settlement and its refund's deduction booked")
+    reconcile()
+
+    assert mine(payment.payment_id, refund.refund_id) == []
+    ours = [b.key for b in Break.objects.filter(kind="amount_differs", status="open")
+            if payment.payment_id in b.books.get("payments", [])
+            or refund.refund_id in b.books.get("refunds", [])]
+    assert ours == []  # no settlement that carries them is off
+    rows = {r.entity_id: r for r in razorpay_recon()}
+    credit, debit = (rows[payment.payment_id].credit_paise, rows[refund.refund_id].debit_paise)
+    assert debit == refund.amount_paise == payment.amount_paise
+    # bank:settlements holds what Razorpay settled for them: the payment's credit less the
+    # refund deducted; nothing is left on razorpay:pending
+    assert ledger.balance(account=chart.BANK_SETTLEMENTS, currency="INR") == chart.rupees(
+        credit - debit)
+    assert ledger.balance(account=chart.RAZORPAY_PENDING, currency="INR") == 0
+    assert ledger.trial_balance().ok
+
+
+def test_a_refund_row_the_books_do_not_know_is_a_break(recon):
+    payment = settled_deposit(recon)
+    # someone refunds part of it on Razorpay's side (the dashboard): no deposit refund here
+    made = httpx.post(f"{recon.url}/razorpay/v1/payments/{payment.payment_id}/refund",
+                      json={"amount": 1000}, auth=(settings.RAZORPAY_KEY_ID,
+                                                   settings.RAZORPAY_KEY_SECRET), timeout=10)
+    assert made.status_code == 200, made.text
+    refund_id = made.json()["id"]
+
+    wait_for(lambda: reconcile() and mine(refund_id), timeout=15, interval=0.5,
+             what="the unknown refund row seen")
+
+    assert mine(refund_id) == [("razorpay", "missing_in_books", refund_id)]
+    found = Break.objects.get(reference=refund_id)
+    assert found.difference == Decimal("-10.00") and found.outside["type"] == "refund"
+    assert not chart.posted(chart.settled_key(refund_id))
+
+
+def test_a_refund_in_the_books_no_settlement_deducts_is_a_break_after_the_window(recon,
+                                                                                settings):
+    # The books hold a refund processed (its rule booked) that Razorpay never deducted.
+    refund = DepositRefund.objects.create(
+        transaction_id="tx-refund-unseen", status="processed", payment_id="pay_Unseen000001",
+        amount_paise=50000, currency="INR", receipt="rcpt-unseen", idempotency_key="key-unseen",
+        refund_id="rfnd_Unseen000001", trigger="operator", reason="test", operator="tina",
+        processed_at=timezone.now())
+    chart.deposit_refunded(refund_id=refund.pk, payment_id=refund.payment_id,
+                           transaction_id=refund.transaction_id, amount=Decimal("500.00"))
+
+    reconcile()
+    assert mine(refund.refund_id) == []  # inside its settlement window: not a break
+
+    settings.TREASURY_SETTLEMENT_WINDOW_S = 0.0
+    reconcile()
+    assert mine(refund.refund_id) == [("razorpay", "missing_outside", refund.refund_id)]
+    assert Break.objects.get(reference=refund.refund_id).difference == Decimal("500.00")
 
 
 # --- RazorpayX statement and balance ------------------------------------------------------
@@ -331,3 +420,67 @@ def test_treasury_open_books_the_distribution_opening_once(clean_sandbox, capsys
     assert out[0].startswith("treasury_open: booked ") and "already booked" in out[1]
     chain = stellar.asset_balance(stellar.distribution_keypair().public_key, stellar.usdc())
     assert ledger.balance(account=chart.DISTRIBUTION, currency="USDC") == chain
+
+
+def test_treasury_open_books_the_razorpayx_opening_once_and_the_recon_not_again(
+        clean_sandbox, capsys):
+    from django.core.management import call_command
+
+    from payouts import statement
+
+    # A fresh RazorpayX account, as make run, demo and chaos start with: its opening row
+    # is made by the first read.
+    httpx.post(f"{clean_sandbox.url}/razorpay/sandbox/payouts/reset", timeout=10
+               ).raise_for_status()
+    open_distribution()
+    # The first read just before a second's end: the opening row is then stamped with the
+    # next second (the statement is listed in whole seconds), and must still be booked
+    # under its own key, not in the rest (else the reconciliation books it again).
+    wait_for(lambda: time.time() % 1 > 0.99, timeout=2, interval=0.001,
+             what="the end of a second")
+    open_razorpayx(operator="test")
+    call_command("treasury_open")
+
+    outside = chart.rupees(statement.balance().amount_paise)
+    assert outside > 0
+    assert ledger.balance(account=chart.RAZORPAYX_CURRENT, currency="INR") == outside
+    assert capsys.readouterr().out.splitlines() == [
+        "treasury_open: already booked (nothing to do)"]
+    assert not Entry.objects.filter(idempotency_key="funding:razorpayx:opening").exists()
+    funding = Entry.objects.filter(idempotency_key__startswith="funding:razorpayx:").count()
+    reconcile()
+    # the reconciliation books no statement row the opening booked already
+    assert Entry.objects.filter(idempotency_key__startswith="funding:razorpayx:"
+                                ).count() == funding
+    assert ledger.balance(account=chart.RAZORPAYX_CURRENT, currency="INR") == outside
+
+
+def test_make_run_opens_the_books_once_the_sandbox_answers(clean_sandbox):
+    """scripts/run_dev.py's step after honcho started the sandbox: ``treasury_open`` in a
+    process of its own against this database, as ``make run`` runs it."""
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    from django.conf import settings as django_settings
+
+    from anchor import stellar
+    from payouts import statement
+
+    path = Path(django_settings.BASE_DIR) / "scripts" / "run_dev.py"
+    spec = importlib.util.spec_from_file_location("run_dev", path)
+    run_dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_dev)
+    db = django_settings.DATABASES["default"]
+    env = {**os.environ, "SANDBOX_URL": clean_sandbox.url,
+           "HORIZON_URL": django_settings.HORIZON_URL,
+           "RAZORPAY_API_URL": django_settings.RAZORPAY_API_URL,
+           "DATABASE_URL": f"postgresql://{db.get('USER') or 'postgres'}@{db['HOST']}:"
+                           f"{db['PORT']}/{db['NAME']}"}
+
+    assert run_dev.open_books(env, wait_s=60) == 0
+
+    assert ledger.balance(account=chart.RAZORPAYX_CURRENT, currency="INR") == chart.rupees(
+        statement.balance().amount_paise)
+    assert ledger.balance(account=chart.DISTRIBUTION, currency="USDC") == (
+        stellar.asset_balance(stellar.distribution_keypair().public_key, stellar.usdc()))

@@ -9,17 +9,23 @@ Razorpay (pay-ins), ``settlement_recon`` of ``day``, the day after (Razorpay's d
 Asia/Kolkata's) and the TREASURY_RECON_LOOKBACK_DAYS before it (Razorpay groups rows by
 settlement date, not capture date):
 
-- each settled payment row is matched with Corridor's payment by payment id (none:
-  ``missing_in_books``); its amount and its fee and tax with the payment entity's
-  (``fetch_payment``; differing: ``amount_differs``); then booked
+- each settled payment row (a refunded payment's too: Razorpay settles the capture and
+  deducts the refund as a row of its own) is matched with Corridor's payment by payment
+  id (none: ``missing_in_books``); its amount and its fee and tax with the payment
+  entity's (``fetch_payment``; differing: ``amount_differs``); then booked
   (``ledger.chart.payment_settled``: the row's figures, what the bank received);
+- each refund row (``rfnd_...``, ``debit`` = the refund's amount) is matched with
+  Corridor's deposit refund by refund id (none, or not booked processed:
+  ``missing_in_books``), its amount with the refund's (``amount_differs``); then booked
+  (``ledger.chart.refund_settled``: the deduction, so ``bank:settlements`` holds what
+  Razorpay settled);
 - each settlement's amount with the sum of its rows' ``credit - debit``
   (``amount_differs``, reference the settlement id);
 - a confirmed payment captured more than TREASURY_SETTLEMENT_WINDOW_S ago (and not
-  older than the look-back besides) that no settlement carries: ``missing_outside``.
-  Inside the window it is not a break (T+2 by default, docs ``payments/settlements``).
-  A refunded payment is left out of both (the recon's refund rows are not read yet,
-  and the sandbox's Razorpay models none).
+  older than the look-back besides) that no settlement carries, and a refund the books
+  hold processed more than that window ago that no settlement deducted:
+  ``missing_outside``. Inside the window it is not a break (T+2 by default, docs
+  ``payments/settlements``).
 
 RazorpayX (payouts), the account statement since the look-back's first day:
 
@@ -107,18 +113,15 @@ def _razorpay(day: date, counts: dict) -> list[Found]:
     lookback = settings.TREASURY_RECON_LOOKBACK_DAYS
     # Razorpay's days are Asia/Kolkata's (UTC+5:30): the UTC day's rows may sit on the next.
     rows = [row for d in range(lookback, -2, -1)
-            for row in rzp.settlement_recon(day - timedelta(days=d)) if row.type == "payment"]
+            for row in rzp.settlement_recon(day - timedelta(days=d))
+            if row.type in ("payment", "refund")]
     per_settlement: dict[str, list[rzp.ReconItem]] = {}
-    refunded = DepositRefund.objects.exclude(status=DepositRefund.Status.FAILED
-                                             ).values("transaction_id")
-    left_out = set(DepositPayment.objects.filter(
-        payment_id__in=[row.entity_id for row in rows], transaction_id__in=refunded
-    ).values_list("payment_id", flat=True))
     for row in rows:
-        if row.entity_id in left_out:
-            continue  # refunded: its refund row is not read yet (module docstring)
         if row.settlement_id:
             per_settlement.setdefault(row.settlement_id, []).append(row)
+        if row.type == "refund":
+            found += _refund_row(row)
+            continue
         ours = DepositPayment.objects.filter(payment_id=row.entity_id).first()
         if ours is None or not chart.posted(chart.deposit_captured_key(row.entity_id)):
             found.append(Found("razorpay", K.MISSING_IN_BOOKS, row.entity_id,
@@ -145,14 +148,16 @@ def _razorpay(day: date, counts: dict) -> list[Found]:
             found.append(Found(
                 "razorpay", K.AMOUNT_DIFFERS, settlement_id, chart.BANK_SETTLEMENTS, "INR",
                 _rupees(settled.amount_paise - expected),
-                {"rows_net_paise": expected, "payments": [i.entity_id for i in items]},
+                {"rows_net_paise": expected,
+                 "payments": [i.entity_id for i in items if i.type == "payment"],
+                 "refunds": [i.entity_id for i in items if i.type == "refund"]},
                 settled.raw))
     now = timezone.now()
     window = timedelta(seconds=settings.TREASURY_SETTLEMENT_WINDOW_S)
+    since = _day_start(day - timedelta(days=lookback)) - window
     due = DepositPayment.objects.filter(
         confirmation=DepositPayment.Confirmation.CONFIRMED, captured_at__lt=now - window,
-        captured_at__gte=_day_start(day - timedelta(days=lookback)) - window,
-    ).exclude(transaction_id__in=refunded)
+        captured_at__gte=since)
     for payment in due:
         if not chart.posted(chart.settled_key(payment.payment_id)):
             found.append(Found(
@@ -162,8 +167,42 @@ def _razorpay(day: date, counts: dict) -> list[Found]:
                  "amount_paise": payment.amount_paise,
                  "captured_at": payment.captured_at.isoformat()},
                 {"settled": False, "window_s": settings.TREASURY_SETTLEMENT_WINDOW_S}))
+    refunds_due = DepositRefund.objects.filter(
+        status__in=(DepositRefund.Status.PROCESSED, DepositRefund.Status.COMPLETED),
+        refund_id__isnull=False, processed_at__lt=now - window, processed_at__gte=since)
+    for refund in refunds_due:
+        if not chart.posted(chart.settled_key(refund.refund_id)):
+            found.append(Found(
+                "razorpay", K.MISSING_OUTSIDE, refund.refund_id, chart.RAZORPAY_PENDING,
+                "INR", _rupees(refund.amount_paise),
+                {"refund_id": refund.refund_id, "payment_id": refund.payment_id,
+                 "transaction_id": refund.transaction_id, "amount_paise": refund.amount_paise,
+                 "processed_at": refund.processed_at.isoformat()},
+                {"settled": False, "window_s": settings.TREASURY_SETTLEMENT_WINDOW_S}))
     counts["razorpay"] = {"recon_rows": len(rows), "settlements": len(per_settlement),
-                          "refunded_left_out": len(left_out)}
+                          "refund_rows": sum(1 for row in rows if row.type == "refund")}
+    return found
+
+
+def _refund_row(row: rzp.ReconItem) -> list[Found]:
+    """A settlement's refund row (TREASURY §3.2-§3.3): matched with Corridor's deposit
+    refund by refund id (none, or its refund not booked processed: ``missing_in_books``),
+    its amount with the refund's (``amount_differs``), then booked: the deduction from the
+    settlement (``ledger.chart.refund_settled``, the row's ``debit``)."""
+    ours = DepositRefund.objects.filter(refund_id=row.entity_id).first()
+    if ours is None or not chart.posted(chart.deposit_refund_key(ours.pk)):
+        return [Found("razorpay", K.MISSING_IN_BOOKS, row.entity_id, chart.RAZORPAY_PENDING,
+                      "INR", -_rupees(row.debit_paise),
+                      {"refund": None if ours is None else ours.status}, row.raw)]
+    found = []
+    if row.amount_paise != ours.amount_paise or row.debit_paise != ours.amount_paise:
+        found.append(Found(
+            "razorpay", K.AMOUNT_DIFFERS, row.entity_id, chart.BANK_SETTLEMENTS, "INR",
+            _rupees(ours.amount_paise - row.debit_paise),
+            {"amount_paise": ours.amount_paise, "payment_id": ours.payment_id,
+             "transaction_id": ours.transaction_id}, row.raw))
+    chart.refund_settled(refund_id=row.entity_id, settlement_id=row.settlement_id or "",
+                         amount=_rupees(row.debit_paise))
     return found
 
 
@@ -179,9 +218,7 @@ def _razorpayx(day: date, counts: dict, balances: dict) -> list[Found]:
     listed: set[str] = set()
     for row in rows:
         if row.kind == "bank_transfer":
-            chart.funded(key=f"razorpayx:{row.transaction_id}", account=chart.RAZORPAYX_CURRENT,
-                         currency="INR", amount=_rupees(row.credit_paise - row.debit_paise),
-                         reference=row.transaction_id)
+            _funded(row)
             continue
         payout = WithdrawalPayout.objects.filter(provider_payout_id=row.payout_id or "").first()
         charged = _rupees(row.debit_paise + row.fees_paise)
@@ -263,6 +300,18 @@ def _adjusted(keys: list[str]) -> Decimal:
         entry__idempotency_key__in=[f"adjust:{key}" for key in keys],
         account__code=chart.RAZORPAYX_CURRENT, account__currency="INR",
     ).values_list("amount", flat=True), ZERO)
+
+
+def _funded(row: rzpx.StatementRow) -> bool:
+    """Book a ``bank_transfer`` statement row (a top-up, the opening balance) as funding of
+    ``razorpayx:current``, once (key ``funding:razorpayx:<txn id>``); True when booked now."""
+    key = f"razorpayx:{row.transaction_id}"
+    if chart.posted(f"funding:{key}"):
+        return False
+    chart.funded(key=key, account=chart.RAZORPAYX_CURRENT, currency="INR",
+                 amount=_rupees(row.credit_paise - row.debit_paise),
+                 reference=row.transaction_id)
+    return True
 
 
 def _kind(payout: WithdrawalPayout) -> str:
@@ -415,3 +464,32 @@ def open_distribution(*, operator: str = "") -> Decimal:
         chart.funded(key=key, account=chart.DISTRIBUTION, currency="USDC", amount=amount,
                      reference=operator or "opening")
     return amount
+
+
+def open_razorpayx(*, operator: str = "") -> Decimal:
+    """Book the RazorpayX account's opening balance (``banking_balances``, TREASURY §4.2)
+    as funding of ``razorpayx:current``, so the books hold it from the start rather than
+    from the first reconciliation: the statement's ``bank_transfer`` rows of the
+    look-back are booked under the keys the reconciliation uses (``funding:razorpayx:<txn
+    id>``: never twice), and what the balance holds beyond the books then (older money)
+    once as ``funding:razorpayx:opening``. Returns the INR booked now (0 when everything
+    was booked already). Meant for a start before money moves (``treasury_open``): a
+    payout in flight then would be counted in the opening. Raises RazorpayError."""
+    outside = _rupees(rzpx.balance().amount_paise)
+    # The statement up to after that read: a row the balance holds (the account's opening
+    # row is made by its first read) is booked under its own key, never in the rest.
+    now = timezone.now()
+    since = _day_start(now.date() - timedelta(days=settings.TREASURY_RECON_LOOKBACK_DAYS))
+    booked = ZERO
+    with transaction.atomic():
+        for row in rzpx.statement(since, now):
+            if row.kind == "bank_transfer" and _funded(row):
+                booked += _rupees(row.credit_paise - row.debit_paise)
+        key = "razorpayx:opening"
+        if not chart.posted(f"funding:{key}"):
+            rest = outside - ledger.balance(account=chart.RAZORPAYX_CURRENT, currency="INR")
+            if rest:
+                chart.funded(key=key, account=chart.RAZORPAYX_CURRENT, currency="INR",
+                             amount=rest, reference=operator or "opening")
+                booked += rest
+    return booked

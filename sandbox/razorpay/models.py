@@ -381,8 +381,11 @@ class Settlement(models.Model):
 class SettlementItem(models.Model):
     """One settleable entity, a row of ``GET /v1/settlements/recon/combined`` once settled
     (TREASURY §3.2; ``api_settlement_recon_combined.json``). Made when a payment is
-    captured; ``settle_due_ts`` is the cycle boundary it settles at, null when it never
-    settles (fault ``razorpay.settlement_omit_payment``, unlisted).
+    captured (``type`` payment) or a refund is processed (``type`` refund: ``debit`` =
+    ``amount``, ``credit``, ``fee`` and ``tax`` 0, deducted from the next settlement);
+    ``settle_due_ts`` is the cycle boundary it settles at, null when it never settles
+    (fault ``razorpay.settlement_omit_payment``, unlisted). ``captured_ts``: when it became
+    settleable (a refund's processing).
 
     ``fee`` and ``tax``: what the settlement charged (paise; ``fee`` includes ``tax``), the
     payment's own unless fault ``razorpay.settlement_fee_mismatch``; ``credit`` = ``amount``
@@ -390,10 +393,11 @@ class SettlementItem(models.Model):
     settlement's amount (fault ``razorpay.settlement_omit_payment`` with ``listed``).
     """
 
-    entity_id = models.CharField(primary_key=True, max_length=40)  # pay_...
-    type = models.CharField(max_length=12, default="payment")
-    payment = models.OneToOneField(Payment, null=True, on_delete=models.CASCADE,
-                                   related_name="settlement_item")
+    entity_id = models.CharField(primary_key=True, max_length=40)  # pay_... | rfnd_...
+    type = models.CharField(max_length=12, default="payment")  # payment | refund
+    # the payment itself, or the refunded payment of a refund row
+    payment = models.ForeignKey(Payment, null=True, on_delete=models.CASCADE,
+                                related_name="settlement_items")
     amount = models.BigIntegerField()  # paise
     credit = models.BigIntegerField()  # paise
     debit = models.BigIntegerField(default=0)  # paise

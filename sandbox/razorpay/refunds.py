@@ -24,6 +24,9 @@ Life cycle (background loop, :func:`advance_due`)::
       + settle delay -> processed, speed_processed, acquirer_data.arn  (refund.processed)
                      |  failed                                           (refund.failed)
 
+A processed refund is deducted from the next settlement (a ``refund`` row of the
+settlement recon, settlements.py ``queue_refund``).
+
 The payment entity shows ``amount_refunded`` (pending and processed refunds; a failed
 one gives its amount back), ``refund_status`` (``null`` / ``partial`` / ``full``) and
 ``status: refunded`` once the whole amount is refunded (docs ``payments/refunds/issue``).
@@ -64,7 +67,7 @@ from django.http import JsonResponse
 from django.utils import timezone
 
 from sandbox.control import faults
-from sandbox.razorpay import payins, payouts, webhooks
+from sandbox.razorpay import payins, payouts, settlements, webhooks
 from sandbox.razorpay.common import RazorpayError, new_id, server_error
 from sandbox.razorpay.models import (
     Payment,
@@ -343,6 +346,8 @@ def _settle(refund: Refund, now) -> None:
         name = "refund.processed"
     held, refund.held_events = refund.held_events, []
     refund.save(using=DB)
+    if refund.status == "processed":  # deducted from the next settlement (settlements.py)
+        settlements.queue_refund(refund, processed_ts=now)
     _queue(refund, [(name, _payload(refund)), *[(n, p) for n, p in held]])
 
 

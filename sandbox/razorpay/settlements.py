@@ -7,9 +7,18 @@ account after a cycle, and the read APIs a reconciler compares its books with
 
 Amounts are integer paise. A payment row's ``fee`` and ``tax`` are the payment entity's
 (``payins.fee_and_tax``: 2 % + 18 % GST on it, ``fee`` includes ``tax``) and its ``credit``
-is ``amount - fee``, as in the sample (100000 - 2900 = 97100). The settlement's ``amount``
-is the sum of its rows' ``credit - debit``; its ``fees``/``tax`` are 0 (a normal
-settlement).
+is ``amount - fee``, as in the sample (100000 - 2900 = 97100). A refunded payment settles
+like any other (Razorpay settles the capture; the refund is a row of its own). A refund,
+once ``processed`` (refunds.py), is deducted from the next settlement: a row of type
+``refund``, ``entity_id`` the ``rfnd_...``, ``debit`` = ``amount``, ``credit``, ``fee`` and
+``tax`` 0, ``payment_id`` the refunded payment (the sample's refund row), due at the first
+day boundary after its processing (:func:`queue_refund`). The settlement's ``amount`` is
+the sum of its rows' ``credit - debit``; its ``fees``/``tax`` are 0 (a normal settlement).
+Simplification: a boundary whose rows net below zero (a refund larger than what it
+settles) still makes its settlement, with a negative ``amount`` (our bank debited), so
+every row settles at its boundary; Razorpay would rather settle nothing and carry the
+deficit to a later settlement (TREASURY §3.1). Either way the settlement's ``amount``
+equals its rows' net, which is all a reconciliation relies on.
 
 Cycle: the sandbox's "day" is ``SANDBOX_SETTLEMENT_CYCLE_S`` seconds (default 10), days
 counted from the Unix epoch. A payment captured during day k settles at the start of day
@@ -33,8 +42,8 @@ Fault switches, taken once per captured payment and applied to that payment only
 - ``razorpay.settlement_delay`` ``{"cycles": 1}``: the payment settles ``cycles`` days
   later than its capture day's settlement.
 
-Not modelled: refunds, transfers and adjustments rows, on-hold payments, instant
-settlements, partial settlements under a low balance, failed settlements and the
+Not modelled: transfers and adjustments rows, on-hold payments, instant settlements,
+partial settlements and carried deficits (above), failed settlements and the
 ``settlement.processed`` webhook.
 """
 
@@ -52,7 +61,7 @@ from django.utils import timezone
 
 from sandbox.control import faults
 from sandbox.razorpay.common import RazorpayError, new_id
-from sandbox.razorpay.models import Order, Payment, Settlement, SettlementItem
+from sandbox.razorpay.models import Order, Payment, Refund, Settlement, SettlementItem
 
 DB = "sandbox"
 IST = ZoneInfo("Asia/Kolkata")
@@ -96,6 +105,18 @@ def queue_payment(payment: Payment, *, captured_ts: datetime) -> None:
     )
 
 
+def queue_refund(refund: Refund, *, processed_ts: datetime) -> None:
+    """Record the just processed ``refund`` as a deduction from the next settlement: due at
+    the first day boundary after ``processed_ts``. Inside the refund's transaction."""
+    cycle = cycle_s()
+    due = datetime.fromtimestamp((math.floor(processed_ts.timestamp() / cycle) + 1) * cycle,
+                                 tz=UTC)
+    SettlementItem.objects.using(DB).get_or_create(entity_id=refund.id, defaults=dict(
+        type="refund", payment_id=refund.payment_id, amount=refund.amount, credit=0,
+        debit=refund.amount, fee=0, tax=0, currency=refund.currency,
+        captured_ts=processed_ts, settle_due_ts=due, created_at=refund.created_at))
+
+
 def _utr(created_at: int) -> str:
     alphabet = string.ascii_lowercase + string.digits
     return f"{created_at}" + "".join(secrets.choice(alphabet) for _ in range(6))
@@ -116,10 +137,10 @@ def advance_due() -> int:
                 return made
             items = list(SettlementItem.objects.using(DB).select_for_update(skip_locked=True)
                          .filter(settlement__isnull=True, settle_due_ts=first.settle_due_ts))
+            amount = sum(i.credit - i.debit for i in items if not i.unpaid)
             created_at = int(now.timestamp())
             settlement = Settlement.objects.using(DB).create(
-                id=new_id("setl_"),
-                amount=sum(i.credit - i.debit for i in items if not i.unpaid),
+                id=new_id("setl_"), amount=amount,
                 utr=_utr(created_at), created_at=created_at, created_ts=now,
             )
             SettlementItem.objects.using(DB).filter(
@@ -225,9 +246,13 @@ def _recon_window(params) -> tuple[int, int]:
 def recon_item(item: SettlementItem, payment: Payment, order: Order,
                settlement: Settlement) -> dict:
     """One recon row (keys and order of ``api_settlement_recon_combined.json``'s payment
-    row). ``notes`` carries the payment's notes as the docs type them (an object; the
-    sample shows a string); ``order_receipt`` is the receipt set on the order, the join key
-    to our deposit (NOTES §1.7)."""
+    and refund rows). ``notes`` carries the payment's (a refund's: the refund's) notes as
+    the docs type them (an object; the sample shows a string); ``order_receipt`` is the
+    receipt set on the order, the join key to our deposit (NOTES §1.7). A refund row names
+    its refunded payment in ``payment_id`` and that payment's order."""
+    refund = item.type == "refund"
+    notes = (Refund.objects.using(DB).filter(pk=item.entity_id).values_list(
+        "notes", flat=True).first() if refund else payment.notes)
     return {
         "entity_id": item.entity_id,
         "type": item.type,
@@ -244,9 +269,9 @@ def recon_item(item: SettlementItem, payment: Payment, order: Order,
         "settlement_id": settlement.id,
         "posted_at": None,
         "credit_type": "default",
-        "description": payment.description,
-        "notes": payment.notes,
-        "payment_id": None,
+        "description": None if refund else payment.description,
+        "notes": notes,
+        "payment_id": payment.id if refund else None,
         "settlement_utr": settlement.utr,
         "order_id": order.id,
         "order_receipt": order.receipt,

@@ -152,6 +152,46 @@ def test_a_late_capture_settles_from_its_capture_time(sandbox, receiver):  # noq
     assert row["created_at"] == payment["created_at"]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_processed_refund_is_deducted_from_the_next_settlement(sandbox, receiver):  # noqa: F811
+    ref_row = next(r for r in reference("api_settlement_recon_combined.json")["items"]
+                   if r["type"] == "refund")
+    order, payment = pay(sandbox, method="upi")
+    created = httpx.post(f"{sandbox.url}/razorpay/v1/payments/{payment['id']}/refund",
+                         json={"amount": 10000, "notes": {"why": "test"}}, auth=auth(),
+                         timeout=10)
+    assert created.status_code == 200, created.text
+    refund = created.json()
+
+    rows = settled_rows(sandbox, [payment["id"], refund["id"]])
+
+    row = rows[refund["id"]]
+    assert list(row) == list(ref_row)
+    assert row | {"settlement_id": None, "settlement_utr": None, "settled_at": None} == {
+        "entity_id": refund["id"], "type": "refund", "debit": 10000, "credit": 0,
+        "amount": 10000, "currency": "INR", "fee": 0, "tax": 0, "on_hold": False,
+        "settled": True, "created_at": refund["created_at"], "settled_at": None,
+        "settlement_id": None, "posted_at": None, "credit_type": "default",
+        "description": None, "notes": {"why": "test"}, "payment_id": payment["id"],
+        "settlement_utr": None, "order_id": order["id"], "order_receipt": order["receipt"],
+        "method": "upi", "card_network": None, "card_issuer": None, "card_type": None,
+        "dispute_id": None}
+    fetched = get(sandbox, f"/refunds/{refund['id']}").json()
+    assert fetched["status"] == "processed"
+    # the payment settles whole (its refund is a row of its own), the refund at the first
+    # boundary after its processing
+    assert rows[payment["id"]]["credit"] == order["amount"] - fee_and_tax(order["amount"])[0]
+    assert row["settled_at"] > refund["created_at"]
+    settlement = get(sandbox, f"/settlements/{row['settlement_id']}").json()
+    members = rows_of(sandbox, row["settlement_id"], ist_day(row["settled_at"]))
+    assert refund["id"] in {r["entity_id"] for r in members}
+    assert settlement["amount"] == sum(r["credit"] - r["debit"] for r in members)
+    item = next(i for i in rzp.settlement_recon(ist_day(row["settled_at"]))
+                if i.entity_id == refund["id"])
+    assert (item.type, item.debit_paise, item.net_paise, item.payment_id) == (
+        "refund", 10000, -10000, payment["id"])
+
+
 # --- listing, paging and errors ---------------------------------------------------------
 
 

@@ -291,9 +291,10 @@ class _Campaign:
     def run(self) -> int:
         started = time.monotonic()
         self.start()
-        from treasury.reconcile import open_distribution
+        from treasury.reconcile import open_distribution, open_razorpayx
 
         open_distribution(operator="chaos")  # the books start from what the chain holds
+        open_razorpayx(operator="chaos")  # and from RazorpayX's balance
         results: list[_SeedResult] = []
         try:
             self.say(f"chaos: catalogue={len(self.catalogue)} faults "

@@ -159,10 +159,12 @@ class _Demo:
             self._wait_http(f"{sandbox_url}/sandbox/faults")
             self._wait_http(f"{web_url}/health/", ok_codes=(200, 503))
             sandbox = _SandboxHandle(sandbox_url)
-            from treasury.reconcile import open_distribution
+            from treasury.reconcile import open_distribution, open_razorpayx
 
             opening = open_distribution(operator="demo")  # before any money moves
-            self.say(f"demo: distribution opening booked: {opening} USDC\n")
+            opening_inr = open_razorpayx(operator="demo")  # as manage.py treasury_open
+            self.say(f"demo: opening booked: {opening} USDC on stellar:distribution, "
+                     f"{opening_inr} INR on razorpayx:current\n")
             sandbox.fault("horizon.submit_504_after_apply", times=2)
             sandbox.fault("ap.event_duplicate", copies=2)
             threading.Thread(target=self._replace_doomed, args=(doomed,), daemon=True).start()
