@@ -7,6 +7,7 @@ RazorpayX account ₹1 crore, so the amounts here are larger than either."""
 
 from __future__ import annotations
 
+import html
 from decimal import Decimal
 
 import pytest
@@ -169,3 +170,17 @@ def test_metrics_carry_the_float_and_raise_the_alert_below_the_floor(big, client
     assert 'corridor_treasury_balance{account="razorpayx:current",currency="INR",' \
            'side="outside"}' in ok
     assert "corridor_treasury_breaks_open 0.0" in ok
+
+
+@pytest.mark.parametrize("day, says", [
+    ("9999-12-31", "9999-12-31 is outside the books"),  # was a 500 (OverflowError)
+    ("2026-02-30", "'2026-02-30' is not a day"),
+    ("garbage", "'garbage' is not a day"),
+    ("1999-12-31", "1999-12-31 is outside the books"),
+])
+def test_a_daily_report_for_no_day_of_the_books_says_so(staff, client, day, says):
+    page = client.get(f"/admin/treasury/reconrun/report/?day={day}")
+    csv = client.get(f"/admin/treasury/reconrun/report/?day={day}&format=csv")
+
+    assert page.status_code == 200 and says in html.unescape(page.content.decode())
+    assert csv.status_code == 400 and says in csv.content.decode()

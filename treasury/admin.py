@@ -25,13 +25,24 @@ from common.console import (
 from treasury import floats, operations, report
 from treasury.models import Break, BreakEvent, ReconRun
 
+FIRST_DAY = date(2000, 1, 1)  # before any book Corridor can hold
 
-def _day(request) -> date:
+
+def _day(request) -> tuple[date, str]:
+    """``?day=YYYY-MM-DD`` and the refusal to show when it is not a day the books can
+    have (malformed, impossible, before FIRST_DAY or after today): then today's."""
     text = request.GET.get("day") or ""
+    today = timezone.now().date()
+    if not text:
+        return today, ""
     try:
-        return date.fromisoformat(text) if text else timezone.now().date()
+        day = date.fromisoformat(text)
     except ValueError:
-        return timezone.now().date()
+        return today, f"'{text[:40]}' is not a day (YYYY-MM-DD): today's report is shown."
+    if not FIRST_DAY <= day <= today:
+        return today, (f"{day} is outside the books ({FIRST_DAY} to today): "
+                       "today's report is shown.")
+    return day, ""
 
 
 @admin.register(ReconRun)
@@ -75,7 +86,11 @@ class ReconRunAdmin(ReadOnlyAdmin):
         the accountant's file."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        day = _day(request)
+        day, refused = _day(request)
+        if refused and request.GET.get("format") == "csv":
+            return HttpResponse(refused, status=400, content_type="text/plain")
+        if refused:
+            messages.error(request, refused)
         if request.GET.get("format") == "csv":
             response = HttpResponse(report.report_csv(day), content_type="text/csv")
             response["Content-Disposition"] = f'attachment; filename="corridor-{day}.csv"'
