@@ -505,14 +505,36 @@ def open_razorpayx(*, operator: str = "") -> Decimal:
     since = _day_start(now.date() - timedelta(days=settings.TREASURY_RECON_LOOKBACK_DAYS))
     booked = ZERO
     with transaction.atomic():
-        for row in rzpx.statement(since, now):
+        rows = rzpx.statement(since, now)
+        for row in rows:
             if row.kind == "bank_transfer" and _funded(row):
                 booked += _rupees(row.credit_paise - row.debit_paise)
         key = "razorpayx:opening"
         if not chart.posted(f"funding:{key}"):
-            rest = outside - ledger.balance(account=chart.RAZORPAYX_CURRENT, currency="INR")
+            # A payout of ours in flight (debited there, not booked paid yet) is not
+            # older money: it is netted as the reconciliation nets it, else the opening
+            # would be short by it for good once the payout is booked paid.
+            rest = outside + _in_flight(rows) - ledger.balance(
+                account=chart.RAZORPAYX_CURRENT, currency="INR")
             if rest:
                 chart.funded(key=key, account=chart.RAZORPAYX_CURRENT, currency="INR",
                              amount=rest, reference=operator or "opening")
                 booked += rest
     return booked
+
+
+def _in_flight(rows) -> Decimal:
+    """What the statement ``rows`` debited for Corridor's payouts not booked paid yet,
+    less their reversals (``_razorpayx``'s in-flight netting)."""
+    total = ZERO
+    for row in rows:
+        if row.kind not in ("payout", "reversal"):
+            continue
+        payout = WithdrawalPayout.objects.filter(provider_payout_id=row.payout_id or "").first()
+        if payout is None or chart.posted(chart.paid_key(_kind(payout), payout.transaction_id)):
+            continue
+        if row.kind == "payout":
+            total += _rupees(row.debit_paise + row.fees_paise)
+        else:
+            total -= _rupees(row.credit_paise)
+    return total
