@@ -654,6 +654,12 @@ def release_prepare_redrive(*, release_id: int, expected_hash: str | None,
     collide on a sequence). Raises ReleaseRefused when the row moved on since the
     check (another status or another hash), stellar.NoChannelFree,
     stellar.HorizonUnavailable."""
+    # The payment row first, as both claims lock it (``release_claim``, the refund's
+    # ``refund_claim``): a refund claimed since the operator's checks is seen here and
+    # refused, and a refund claimed after this commits sees the release submitting.
+    transaction_id = DepositRelease.objects.values_list(
+        "transaction_id", flat=True).get(pk=release_id)
+    _lock_payment_unrefunded(transaction_id)
     current = DepositRelease.objects.select_for_update().get(pk=release_id)
     if current.status != Status.MANUAL_REVIEW or current.tx_hash != expected_hash:
         raise ReleaseRefused(f"release {release_id} changed since it was checked "

@@ -70,7 +70,10 @@ def break_explain(*, break_id: int, operator, amount, note: str) -> Break:
     with transaction.atomic():
         row = _open(break_id, lock=True)
         value = _amount(amount, row.currency)
-        entry = chart.adjusted(break_key=row.key, account=row.account, currency=row.currency,
+        # One entry per break: a break reopened under an earlier one's key (its
+        # difference came back, treasury/reconcile.py) gets an entry of its own.
+        key = row.key if not chart.posted(f"adjust:{row.key}") else f"{row.key[:180]}#{row.pk}"
+        entry = chart.adjusted(break_key=key, account=row.account, currency=row.currency,
                                amount=value, note=note)
         Break.objects.filter(pk=row.pk).update(
             status=Break.Status.EXPLAINED, resolution=note, adjusting_key=entry.idempotency_key,

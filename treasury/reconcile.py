@@ -296,8 +296,11 @@ def _razorpayx(day: date, counts: dict, balances: dict) -> list[Found]:
 def _adjusted(keys: list[str]) -> Decimal:
     """What operators' adjusting entries for the breaks ``keys`` posted on
     ``razorpayx:current`` (``chart.adjusted``, key ``adjust:<break key>``)."""
+    adjusting = list(Break.objects.filter(
+        key__in=keys, status=Break.Status.EXPLAINED).exclude(adjusting_key="").values_list(
+        "adjusting_key", flat=True))
     return sum(Posting.objects.filter(
-        entry__idempotency_key__in=[f"adjust:{key}" for key in keys],
+        entry__idempotency_key__in=adjusting,
         account__code=chart.RAZORPAYX_CURRENT, account__currency="INR",
     ).values_list("amount", flat=True), ZERO)
 
@@ -423,18 +426,38 @@ def reconcile(day: date | None = None, *, trigger: str = "beat", operator: str =
             if current is None:
                 Break.objects.create(key=item.key, first_run=run, **values)
                 continue
+            if current.status in CLOSED and current.difference != item.difference:
+                # What an operator decided on was another difference: this one is new.
+                _archive(current)
+                Break.objects.create(key=item.key, first_run=run, **values)
+                continue
             if current.status == Break.Status.CLEARED:
                 values["status"] = Break.Status.OPEN
             Break.objects.filter(pk=current.pk).update(updated_at=timezone.now(), **values)
         Break.objects.filter(status=Break.Status.OPEN).exclude(key__in=seen).update(
             status=Break.Status.CLEARED, resolution="no longer seen by the reconciliation",
             resolved_at=timezone.now(), last_run=run, updated_at=timezone.now())
+        # A closed break no longer seen is over: the next difference under its key (a
+        # balance break's key is the account's) is a new break, not this closed one.
+        for closed in Break.objects.filter(status__in=CLOSED).exclude(key__in=seen).exclude(
+                key__contains="#"):
+            _archive(closed)
         counts["breaks"] = len(found)
         ReconRun.objects.filter(pk=run.pk).update(
             status=ReconRun.Status.DONE, finished_at=timezone.now(), counts=counts,
             balances=balances)
     run.refresh_from_db()
     return run
+
+
+CLOSED = (Break.Status.EXPLAINED, Break.Status.FIXED)
+
+
+def _archive(row: Break) -> None:
+    """Move a closed break off its key (``<key>#<id>``): its decision stays on record,
+    and the key is free for the next difference the reconciliation sees under it."""
+    Break.objects.filter(pk=row.pk).update(key=f"{row.key[:180]}#{row.pk}",
+                                           updated_at=timezone.now())
 
 
 def _json(value):
@@ -482,14 +505,36 @@ def open_razorpayx(*, operator: str = "") -> Decimal:
     since = _day_start(now.date() - timedelta(days=settings.TREASURY_RECON_LOOKBACK_DAYS))
     booked = ZERO
     with transaction.atomic():
-        for row in rzpx.statement(since, now):
+        rows = rzpx.statement(since, now)
+        for row in rows:
             if row.kind == "bank_transfer" and _funded(row):
                 booked += _rupees(row.credit_paise - row.debit_paise)
         key = "razorpayx:opening"
         if not chart.posted(f"funding:{key}"):
-            rest = outside - ledger.balance(account=chart.RAZORPAYX_CURRENT, currency="INR")
+            # A payout of ours in flight (debited there, not booked paid yet) is not
+            # older money: it is netted as the reconciliation nets it, else the opening
+            # would be short by it for good once the payout is booked paid.
+            rest = outside + _in_flight(rows) - ledger.balance(
+                account=chart.RAZORPAYX_CURRENT, currency="INR")
             if rest:
                 chart.funded(key=key, account=chart.RAZORPAYX_CURRENT, currency="INR",
                              amount=rest, reference=operator or "opening")
                 booked += rest
     return booked
+
+
+def _in_flight(rows) -> Decimal:
+    """What the statement ``rows`` debited for Corridor's payouts not booked paid yet,
+    less their reversals (``_razorpayx``'s in-flight netting)."""
+    total = ZERO
+    for row in rows:
+        if row.kind not in ("payout", "reversal"):
+            continue
+        payout = WithdrawalPayout.objects.filter(provider_payout_id=row.payout_id or "").first()
+        if payout is None or chart.posted(chart.paid_key(_kind(payout), payout.transaction_id)):
+            continue
+        if row.kind == "payout":
+            total += _rupees(row.debit_paise + row.fees_paise)
+        else:
+            total -= _rupees(row.credit_paise)
+    return total
