@@ -132,7 +132,7 @@ def token(request, xdr: str | None) -> dict:
                 challenge_transaction=xdr, server_account_id=SIGNING_KEY.public_key,
                 home_domains=home_domain(request), web_auth_domain=web_auth_domain(request),
                 network_passphrase=passphrase, threshold=threshold, signers=signers)
-    except (InvalidSep10ChallengeError, SdkError, ValueError) as exc:
+    except (InvalidSep10ChallengeError, SdkError, ValueError, EOFError) as exc:
         raise SepError(400, f"invalid challenge: {exc}") from None
     envelope = read.transaction
     tx_hash = envelope.hash_hex()

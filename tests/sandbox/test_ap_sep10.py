@@ -120,7 +120,8 @@ def test_a_token_opens_the_sep24_endpoints(sandbox):
 
 
 @pytest.mark.parametrize("case", ["unsigned", "expired", "wrong_network", "foreign_server",
-                                  "re_signed_by_another", "garbage", "missing"])
+                                  "re_signed_by_another", "garbage", "truncated", "nul",
+                                  "missing"])
 def test_every_bad_challenge_is_refused_with_sep10s_error_shape(sandbox, case):
     client = Keypair.random()
     xdr = challenge(sandbox, client.public_key).json()["transaction"]
@@ -151,6 +152,10 @@ def test_every_bad_challenge_is_refused_with_sep10s_error_shape(sandbox, case):
         body = {"transaction": signed(xdr, Keypair.random())}
     elif case == "garbage":
         body = {"transaction": "AAAA-not-xdr"}
+    elif case == "truncated":  # valid base64, too short an XDR: was a 500 (EOFError)
+        body = {"transaction": "AAAAAgAAAA=="}
+    elif case == "nul":
+        body = {"transaction": "\u0000"}
     else:
         body = {}
 
