@@ -18,6 +18,7 @@ import time
 import uuid
 
 import structlog
+from django.conf import settings
 from django.core.signals import request_finished
 
 log = logging.getLogger("corridor.request")
@@ -45,7 +46,12 @@ class RequestContextMiddleware:
         response = self.get_response(request)
         response["X-Request-Id"] = request_id
         if not request.path.startswith(QUIET_PATHS):
-            log.info("request", extra={
+            # Successful polls under REQUEST_LOG_DEBUG_GETS (the sandbox's Horizon, which
+            # its AP observer reads several times a second) go at DEBUG.
+            level = (logging.DEBUG if request.method == "GET" and response.status_code < 400
+                     and request.path.startswith(getattr(settings, "REQUEST_LOG_DEBUG_GETS",
+                                                         ())) else logging.INFO)
+            log.log(level, "request", extra={
                 "method": request.method, "path": request.path,
                 "status": response.status_code,
                 "duration_ms": round((time.monotonic() - started) * 1000, 1)})
