@@ -122,3 +122,22 @@ def note_checkout_paid(request, transaction_id: str, order_id: str) -> None:
 def checkout_paid(request, transaction_id: str) -> str | None:
     """The order id this session paid at Checkout for ``transaction_id``, or None."""
     return request.session.get(SESSION_KEY, {}).get("checkout_paid", {}).get(transaction_id)
+
+
+def note_checkout_failed(request, transaction_id: str) -> None:
+    """Remember, for the next status page only, that Checkout came back with a failed
+    attempt (``error[...]`` in its return: nothing was captured, NOTES §1.6)."""
+    data = dict(request.session.get(SESSION_KEY, {}))
+    data["checkout_failed"] = sorted({*data.get("checkout_failed", []), transaction_id})
+    request.session[SESSION_KEY] = data
+
+
+def take_checkout_failed(request, transaction_id: str) -> bool:
+    """Whether Checkout's last return for ``transaction_id`` was a failure; forgets it."""
+    data = dict(request.session.get(SESSION_KEY, {}))
+    failed = data.get("checkout_failed", [])
+    if transaction_id not in failed:
+        return False
+    data["checkout_failed"] = [t for t in failed if t != transaction_id]
+    request.session[SESSION_KEY] = data
+    return True

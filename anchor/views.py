@@ -422,6 +422,11 @@ def transaction_status(request, transaction_id: str):
     if "razorpay_signature" in request.GET:
         _checkout_return(request, transaction_id)
         return redirect(_status_url(transaction_id))
+    if "error[code]" in request.GET:  # Checkout's return from a failed attempt
+        sep24.note_checkout_failed(request, transaction_id)
+        log.info("back from checkout: the attempt failed",
+                 extra={"error_code": request.GET.get("error[code]", "")[:64]})
+        return redirect(_status_url(transaction_id))
     try:
         ap_tx = platform.get_transaction(transaction_id) or {}
     except platform.PlatformError:
@@ -442,6 +447,12 @@ def transaction_status(request, transaction_id: str):
         details = {**details, "status_as": "pending_user_transfer_complete"}
         details.pop("action_url", None)
         details.pop("action_label", None)
+    if sep24.take_checkout_failed(request, transaction_id) and details and \
+            details.get("action_url") and not details.get("notice"):
+        # Still payable: the customer learns the attempt failed (its wording comes from
+        # the query string, which anyone can write: a fixed text instead).
+        details = {**details, "notice": "Your payment did not go through and nothing was "
+                                        "charged. You can try again below."}
     shown = (details or {}).get("status_as") or status
     label, message, tone = _status_text(shown, kind)
     final = status in FINAL_STATUSES

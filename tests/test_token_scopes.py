@@ -20,7 +20,7 @@ import pytest
 
 from anchor import platform
 from anchor import razorpay as rzp
-from anchor.models import DepositOrder
+from anchor.models import DepositOrder, DepositPayment
 from payouts.models import WithdrawalRequest
 from tests.conftest import reference_path
 from tests.factories import DepositOrderFactory
@@ -235,6 +235,29 @@ def test_back_from_a_successful_checkout_the_status_page_never_offers_to_pay_aga
     assert client.get(f"/sep24/checkout/{order.order_id}")["Location"] == status_page
     assert client.get(f"/sep24/deposit/{links.transaction_id}")["Location"] == \
         f"/sep24/checkout/{order.order_id}"  # ... which sends it to the status page
+
+
+def test_back_from_a_failed_checkout_the_status_page_says_so_once_and_offers_to_pay(
+        client, clean_sandbox):
+    wallet = Wallet(clean_sandbox)
+    links = _links(clean_sandbox, wallet, *wallet.start_deposit())
+    assert client.get(links.interactive).status_code == 302
+    client.post(f"/sep24/deposit/{links.transaction_id}", {"amount": "1000", "confirm": "yes"})
+    order = DepositOrder.objects.get(transaction_id=links.transaction_id)
+    failed = clean_sandbox.http.post(f"/razorpay/sandbox/orders/{order.order_id}/pay", json={
+        "outcome": "failed",
+        "callback_url": f"http://testserver/sep24/transaction/{links.transaction_id}"})
+    failed.raise_for_status()
+    status_page = f"/sep24/transaction/{links.transaction_id}"
+
+    returned = client.get(_local(failed.json()["redirect_url"]))
+
+    assert returned.status_code == 302 and returned["Location"] == status_page
+    page = client.get(status_page).content.decode()
+    assert "Your payment did not go through" in page  # was: "Waiting for your payment"
+    assert f"/sep24/checkout/{order.order_id}" in page  # still payable
+    assert "Your payment did not go through" not in client.get(status_page).content.decode()
+    assert not DepositPayment.objects.filter(transaction_id=links.transaction_id).exists()
 
 
 @pytest.mark.parametrize("forgery", ["signature", "order", "payment"])
