@@ -25,7 +25,6 @@ from django.db import IntegrityError, transaction
 
 from anchor import deposits, inbox
 from anchor.models import (
-    DepositOrder,
     DepositPayment,
     DepositRefund,
     DepositRelease,
@@ -180,15 +179,12 @@ def ap_event_receive(*, event: dict) -> str:
                         follow_ups=[(tasks.deposit_release, tx["id"])])
 
 
-def razorpay_payment_webhook(*, event_id: str, event: dict,
-                             order: DepositOrder | None = None) -> str:
-    """A verified pay-in webhook: ``payment.captured`` / ``order.paid`` carry the
-    payment entity; both for one payment are one effect (per-payment uniqueness in
-    ``payment_record``). The event id is recorded in the same transaction as its
-    effect (``inbox.record_and_apply``), so a delivery that fails half-way is not
-    mistaken for a duplicate when Razorpay retries it. ``order``: the payment's
-    ``DepositOrder`` when the caller already read it (``payment_record``). Returns the
-    outcome; raises MalformedEvent."""
+def razorpay_payment_webhook(*, event_id: str, event: dict, raw: bytes) -> str:
+    """A verified pay-in webhook (``raw``: its body, ``event``: parsed): checked here
+    (each field it lands in fits its column; raises MalformedEvent), then stored as it
+    came for the drain to apply (``inbox.store``, one INSERT): ``received``, or
+    ``duplicate`` for an event id recorded before. :func:`razorpay_payment_apply` is
+    the effect."""
     event_id = _event_id(event_id, "X-Razorpay-Event-Id")
     name = _event_type(event.get("event"), "event")
     payload = _obj(event.get("payload"), "payload")
@@ -199,18 +195,28 @@ def razorpay_payment_webhook(*, event_id: str, event: dict,
                       "payload.refund.entity")
         _checked(inbound.field_text, DepositRefund, "refund_id", refund.get("id"),
                  "payload.refund.entity.id", required=False)
+    elif name in ("payment.captured", "order.paid") and payment:
+        check_payment(payment)
+    return inbox.store(source=InboundEvent.Source.RAZORPAY, event_id=event_id,
+                       event_type=name, body=raw,
+                       apply="anchor.callbacks.razorpay_payment_apply")
+
+
+def razorpay_payment_apply(event: dict) -> str:
+    """The effect of a stored pay-in webhook (run by the drain, once, in its claim
+    transaction: anchor/inbox.py): ``payment.captured`` / ``order.paid`` carry the
+    payment entity; both for one payment are one effect (per-payment uniqueness in
+    ``deposits.payment_record``); ``refund.*`` go to ``refunds.refund_webhook_apply``.
+    Returns the outcome."""
+    name = event.get("event") or ""
+    if name.startswith("refund."):
         from anchor import refunds
 
-        return inbox.record_and_apply(
-            source=InboundEvent.Source.RAZORPAY, event_id=event_id, event_type=name,
-            apply=lambda: refunds.refund_webhook_apply(event=event))
-    wanted = name in ("payment.captured", "order.paid") and bool(payment)
-    if wanted:
-        check_payment(payment)
-    return inbox.record_and_apply(
-        source=InboundEvent.Source.RAZORPAY, event_id=event_id, event_type=name,
-        apply=lambda: deposits.payment_record(payment=payment, order=order)
-        if wanted else "ignored")
+        return refunds.refund_webhook_apply(event=event)
+    payment = ((event.get("payload") or {}).get("payment") or {}).get("entity") or {}
+    if name in ("payment.captured", "order.paid") and payment:
+        return deposits.payment_record(payment=payment)
+    return "ignored"
 
 
 def check_payment(payment: dict) -> None:

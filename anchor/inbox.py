@@ -82,24 +82,24 @@ def follow_up(task, *args) -> None:
 
 _INSERT = (
     "INSERT INTO inbound_events (source, event_id, event_type, received_at, outcome, "
-    "reason, follow_ups) VALUES (%s, %s, %s, %s, %s, '', %s::jsonb) "
+    "reason, follow_ups, body) VALUES (%s, %s, %s, %s, %s, '', %s::jsonb, %s) "
     "ON CONFLICT (source, event_id) DO NOTHING RETURNING id")
 
 
 def _insert(*, source: str, event_id: str, event_type: str, outcome: str,
-            follow_ups: list | None) -> int | None:
+            follow_ups: list | None, body: str | None = None) -> int | None:
     """One INSERT, no savepoint: the id, or None when (source, event_id) is already
     recorded (committed; an in-flight one is waited for by PostgreSQL)."""
     with connection.cursor() as cursor:
         cursor.execute(_INSERT, [source, event_id, event_type, timezone.now(),
                                  str(outcome)[:200],
-                                 json.dumps(follow_ups) if follow_ups else None])
+                                 json.dumps(follow_ups) if follow_ups else None, body])
         found = cursor.fetchone()
     return found[0] if found else None
 
 
 def record(*, source: str, event_id: str, event_type: str, outcome: str,
-           follow_ups: list[tuple] = ()) -> str:
+           follow_ups: list[tuple] = (), body: str | None = None) -> str:
     """Record delivery ``(source, event_id)`` whose outcome does not depend on the
     database (an AP event: ``release_scheduled`` or ``ignored``), with its follow-ups
     (``(task, *args)`` tuples), in ONE statement (``INSERT ... ON CONFLICT DO
@@ -107,11 +107,30 @@ def record(*, source: str, event_id: str, event_type: str, outcome: str,
     ``"duplicate"`` (and stores nothing) when the delivery was recorded before."""
     stored = [[_task_name(task), list(args)] for task, *args in follow_ups]
     if _insert(source=source, event_id=event_id, event_type=event_type, outcome=outcome,
-               follow_ups=stored) is None:
+               follow_ups=stored, body=body) is None:
         return DUPLICATE
     if stored:
         transaction.on_commit(wake)
     return outcome
+
+
+# A stored follow-up named APPLY + "<module>.<function>" is not a task: the drain
+# calls ``function(event)`` (the parsed stored body) itself, in its claim transaction.
+APPLY = "apply:"
+RECEIVED = "received"
+
+
+def store(*, source: str, event_id: str, event_type: str, body: bytes, apply: str) -> str:
+    """Record a verified provider webhook for the drain to apply: ONE ``INSERT ... ON
+    CONFLICT DO NOTHING`` of the row with its raw ``body`` (already verified, strict
+    JSON whose fields fit their columns) and the follow-up ``APPLY + apply`` (the
+    dotted path of ``function(event) -> outcome``, which may ask for follow-ups with
+    :func:`follow_up` and may raise to be tried again by a later drain). Durable when
+    this returns (autocommit). Returns ``"received"``, or ``"duplicate"`` when the
+    delivery was recorded before."""
+    return record(source=source, event_id=event_id, event_type=event_type,
+                  outcome=RECEIVED, follow_ups=[(APPLY + apply,)],
+                  body=body.decode("utf-8"))
 
 
 def record_and_apply(*, source: str, event_id: str, event_type: str,
@@ -165,32 +184,83 @@ def waiting_events():
 def drain(*, batch: int | None = None) -> int:
     """Dispatch every waiting follow-up once: claim up to ``batch`` (default
     ``INBOUND_DRAIN_BATCH``) rows with follow-ups and no ``processed_at`` (``FOR
-    UPDATE SKIP LOCKED``, oldest first, through the partial index), publish their
-    tasks, mark them processed, commit; repeat until none waits. Rows another drain
-    holds are skipped, not waited for. Returns the number of rows dispatched. A
-    publish that raises (broker down) rolls the batch back: it waits for the next
-    drain."""
+    UPDATE SKIP LOCKED``, oldest first, through the partial index), apply the stored
+    webhooks among them (:func:`store`; each in a savepoint, its outcome and the
+    follow-ups it asked for written on its row), publish their tasks, mark them
+    processed, commit; repeat until none waits. Rows another drain holds are skipped,
+    not waited for. An apply that raises (RazorpayX unreachable, ...) leaves its row
+    waiting, untouched, for a later drain (the beat sweep). Returns the number of rows
+    dispatched. A publish that raises (broker down) rolls the batch back: it waits for
+    the next drain, and its applies with it."""
     from celery import current_app
 
     batch = batch or settings.INBOUND_DRAIN_BATCH
     done = 0
+    failed: set[int] = set()
     while True:
         with transaction.atomic():
             waiting = waiting_events()
+            if failed:
+                waiting = waiting.exclude(pk__in=failed)
             if settings.INBOUND_DRAIN_CLAIM:
                 waiting = waiting.select_for_update(skip_locked=True)
-            rows = list(waiting.values_list("id", "follow_ups")[:batch])
-            if rows:
+            rows = list(waiting.values_list("id", "source", "event_id", "follow_ups",
+                                            "body")[:batch])
+            ready: list[tuple[int, list]] = []
+            for pk, source, event_id, follow_ups, body in rows:
+                if any(name.startswith(APPLY) for name, _args in follow_ups):
+                    follow_ups = _apply_stored(pk, source, event_id, follow_ups, body)
+                    if follow_ups is None:
+                        failed.add(pk)
+                        continue
+                ready.append((pk, follow_ups))
+            if ready:
                 # One broker connection for the batch, not one acquire per message.
                 with current_app.producer_or_acquire() as producer:
-                    for _pk, follow_ups in rows:
+                    for _pk, follow_ups in ready:
                         for name, args in follow_ups:
                             _dispatch(name, args, producer)
-                InboundEvent.objects.filter(pk__in=[pk for pk, _ in rows]).update(
+                InboundEvent.objects.filter(pk__in=[pk for pk, _ in ready]).update(
                     processed_at=timezone.now())
-        done += len(rows)
+        done += len(ready)
         if len(rows) < batch:
             return done
+
+
+def _apply_stored(pk: int, source: str, event_id: str, follow_ups: list,
+                  body: str | None) -> list | None:
+    """Apply the stored webhook of row ``pk`` (its ``APPLY`` follow-ups) in a savepoint
+    of the drain's transaction: the outcome and the follow-ups it asked for are written
+    on the row there, so the effect and the row's processing commit together (once).
+    Returns the follow-ups to publish, or None when the apply raised (rolled back,
+    logged; the row waits for a later drain)."""
+    from django.utils.module_loading import import_string
+    from structlog.contextvars import bound_contextvars
+
+    pending: list = []
+    token = _follow_ups.set(pending)
+    try:
+        with bound_contextvars(inbound_source=source, inbound_event_id=event_id), \
+                transaction.atomic():
+            event = json.loads(body or "{}")
+            outcome = ""
+            for name, _args in follow_ups:
+                if name.startswith(APPLY):
+                    outcome = import_string(name[len(APPLY):])(event)
+                else:
+                    pending.append([name, _args])
+            with connection.cursor() as cursor:
+                cursor.execute("UPDATE inbound_events SET outcome = %s, follow_ups = "
+                               "%s::jsonb WHERE id = %s",
+                               [str(outcome)[:200], json.dumps(pending), pk])
+            log.info("webhook applied", extra={"source": source, "outcome": str(outcome)})
+    except Exception as exc:
+        log.warning("stored %s event %s not applied yet (%s: %s); a later drain tries "
+                    "again", source, event_id, type(exc).__name__, exc)
+        return None
+    finally:
+        _follow_ups.reset(token)
+    return pending
 
 
 class _Waker:

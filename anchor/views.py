@@ -661,20 +661,8 @@ def razorpay_payments_webhook(request):
     event: dict = {}
     try:
         event = callbacks.parse_json_object(raw)
-        order_id = _dig(event, "payload", "payment", "entity").get("order_id")
-        if isinstance(order_id, str) and order_id and len(order_id) <= inbound.max_length(
-                DepositOrder, "order_id"):
-            # Read once: the log context here, and payment_record's checks below.
-            # By the unique key, unordered: .first() would add ORDER BY id, which
-            # costs the ORM more than the query costs the database.
-            order = next(iter(DepositOrder.objects.filter(order_id=order_id)[:1]), None)
-            if order is not None:
-                bind_contextvars(transaction_id=order.transaction_id)
-        else:
-            order = None
         bind_contextvars(razorpay_event_id=inbound.sanitize(event_id, 100))
-        outcome = callbacks.razorpay_payment_webhook(event_id=event_id, event=event,
-                                                     order=order)
+        outcome = callbacks.razorpay_payment_webhook(event_id=event_id, event=event, raw=raw)
     except (callbacks.MalformedEvent, DataError) as exc:
         if isinstance(exc, DataError):  # a column the checks missed: still never storable
             log.exception("signed payment webhook could not be stored")

@@ -87,6 +87,13 @@ class ProviderUnreachable(Exception):
     applied; answer 5xx so the event comes again."""
 
 
+def payout_webhook_apply_stored(event: dict) -> str:
+    """The drain's apply of a stored payout webhook (anchor/inbox.py ``store``):
+    :func:`payout_webhook_apply`; ProviderUnreachable leaves the row waiting for a
+    later drain (the poller settles the payout meanwhile in any case)."""
+    return payout_webhook_apply(event=event)
+
+
 def payout_webhook_apply(*, event: dict) -> str:
     """Apply a verified ``payout.*`` event: find our payout by the event's payout id or
     reference, fetch that payout from RazorpayX, check the API's ``reference_id`` and
