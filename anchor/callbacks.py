@@ -22,9 +22,11 @@ import logging
 import jwt
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from structlog.contextvars import bind_contextvars
 
 from anchor import deposits, inbox
 from anchor.models import (
+    DepositOrder,
     DepositPayment,
     DepositRefund,
     DepositRelease,
@@ -214,9 +216,17 @@ def razorpay_payment_apply(event: dict) -> str:
 
         return refunds.refund_webhook_apply(event=event)
     payment = ((event.get("payload") or {}).get("payment") or {}).get("entity") or {}
-    if name in ("payment.captured", "order.paid") and payment:
-        return deposits.payment_record(payment=payment)
-    return "ignored"
+    if name not in ("payment.captured", "order.paid") or not payment:
+        return "ignored"
+    order_id = payment.get("order_id")
+    order = None
+    if isinstance(order_id, str) and order_id:
+        # Read once: the log context here, and payment_record's checks. By the unique
+        # key, unordered (.first() would add ORDER BY id).
+        order = next(iter(DepositOrder.objects.filter(order_id=order_id)[:1]), None)
+        if order is not None:
+            bind_contextvars(transaction_id=order.transaction_id)
+    return deposits.payment_record(payment=payment, order=order)
 
 
 def check_payment(payment: dict) -> None:

@@ -1,7 +1,9 @@
-"""One dedupe-and-apply service for at-least-once deliveries (issue 10 §5): the
-Razorpay payment webhooks (anchor/callbacks.py), the RazorpayX payout webhooks
-(payouts/webhooks.py) and AP's events all go through :func:`record_and_apply` (or
-:func:`record`, when the outcome is known without reading the database).
+"""One dedupe-and-apply service for at-least-once deliveries (issue 10 §5): AP's events
+go through :func:`record` (the outcome is known without reading the database); the
+Razorpay payment webhooks (anchor/callbacks.py) and the RazorpayX payout webhooks
+(payouts/views.py) through :func:`store` (issue 11 §3): the verified body is stored in
+one INSERT and the drain applies it, in its claim transaction, once (below);
+:func:`record_and_apply` applies in the caller's transaction.
 
 The dedupe row (``inbound_events``, unique on source + event id, DESIGN.md §3) and the
 event's effect commit in ONE transaction: a crash or an exception between the two
@@ -181,86 +183,109 @@ def waiting_events():
                                        processed_at__isnull=True).order_by("id")
 
 
+class _ApplyFailed(Exception):
+    """Internal: an apply raised; the batch's transaction is rolled back and claimed
+    again without that row."""
+
+
 def drain(*, batch: int | None = None) -> int:
     """Dispatch every waiting follow-up once: claim up to ``batch`` (default
     ``INBOUND_DRAIN_BATCH``) rows with follow-ups and no ``processed_at`` (``FOR
     UPDATE SKIP LOCKED``, oldest first, through the partial index), apply the stored
-    webhooks among them (:func:`store`; each in a savepoint, its outcome and the
-    follow-ups it asked for written on its row), publish their tasks, mark them
-    processed, commit; repeat until none waits. Rows another drain holds are skipped,
-    not waited for. An apply that raises (RazorpayX unreachable, ...) leaves its row
-    waiting, untouched, for a later drain (the beat sweep). Returns the number of rows
-    dispatched. A publish that raises (broker down) rolls the batch back: it waits for
-    the next drain, and its applies with it."""
+    webhooks among them (:func:`store`), publish their tasks, and in ONE UPDATE mark
+    them processed, with each applied row's outcome and the follow-ups its effect asked
+    for; commit; repeat until none waits. The effects and the rows' processing commit
+    together, once. Rows another drain holds are skipped, not waited for. An apply that
+    raises (RazorpayX unreachable, ...) rolls the batch back, and the batch is claimed
+    again without that row, which waits, untouched, for a later drain (the beat
+    sweep). Returns the number of rows dispatched. A publish that raises (broker down)
+    rolls the batch back: it waits for the next drain, its applies with it."""
     from celery import current_app
 
     batch = batch or settings.INBOUND_DRAIN_BATCH
     done = 0
     failed: set[int] = set()
     while True:
-        with transaction.atomic():
-            waiting = waiting_events()
-            if failed:
-                waiting = waiting.exclude(pk__in=failed)
-            if settings.INBOUND_DRAIN_CLAIM:
-                waiting = waiting.select_for_update(skip_locked=True)
-            rows = list(waiting.values_list("id", "source", "event_id", "follow_ups",
-                                            "body")[:batch])
-            ready: list[tuple[int, list]] = []
-            for pk, source, event_id, follow_ups, body in rows:
-                if any(name.startswith(APPLY) for name, _args in follow_ups):
-                    follow_ups = _apply_stored(pk, source, event_id, follow_ups, body)
-                    if follow_ups is None:
-                        failed.add(pk)
-                        continue
-                ready.append((pk, follow_ups))
-            if ready:
-                # One broker connection for the batch, not one acquire per message.
-                with current_app.producer_or_acquire() as producer:
-                    for _pk, follow_ups in ready:
-                        for name, args in follow_ups:
-                            _dispatch(name, args, producer)
-                InboundEvent.objects.filter(pk__in=[pk for pk, _ in ready]).update(
-                    processed_at=timezone.now())
+        try:
+            with transaction.atomic():
+                waiting = waiting_events()
+                if failed:
+                    waiting = waiting.exclude(pk__in=failed)
+                if settings.INBOUND_DRAIN_CLAIM:
+                    waiting = waiting.select_for_update(skip_locked=True)
+                rows = list(waiting.values_list("id", "source", "event_id", "follow_ups",
+                                                "body")[:batch])
+                ready: list[tuple[int, list, str | None]] = []
+                for pk, source, event_id, follow_ups, body in rows:
+                    outcome = None
+                    if any(name.startswith(APPLY) for name, _args in follow_ups):
+                        outcome, follow_ups = _apply_stored(pk, source, event_id,
+                                                            follow_ups, body)
+                    ready.append((pk, follow_ups, outcome))
+                if ready:
+                    # One broker connection for the batch, not one acquire per message.
+                    with current_app.producer_or_acquire() as producer:
+                        for _pk, follow_ups, _outcome in ready:
+                            for name, args in follow_ups:
+                                _dispatch(name, args, producer)
+                    _mark_processed(ready)
+        except _ApplyFailed as exc:
+            failed.add(exc.args[0])
+            continue
         done += len(ready)
         if len(rows) < batch:
             return done
 
 
+def _mark_processed(ready: list[tuple[int, list, str | None]]) -> None:
+    """ONE UPDATE: every row of ``ready`` processed now; an applied one (outcome not
+    None) with its outcome and the follow-ups its effect asked for."""
+    values = ", ".join(["(%s::bigint, %s::text, %s::jsonb)"] * len(ready))
+    params: list = []
+    for pk, follow_ups, outcome in ready:
+        params += [pk, None if outcome is None else str(outcome)[:200],
+                   None if outcome is None else json.dumps(follow_ups)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE inbound_events AS e SET processed_at = %s, "
+            f"outcome = coalesce(v.outcome, e.outcome), "
+            f"follow_ups = coalesce(v.follow_ups, e.follow_ups) "
+            f"FROM (VALUES {values}) AS v (id, outcome, follow_ups) WHERE e.id = v.id",
+            [timezone.now(), *params])
+
+
 def _apply_stored(pk: int, source: str, event_id: str, follow_ups: list,
-                  body: str | None) -> list | None:
-    """Apply the stored webhook of row ``pk`` (its ``APPLY`` follow-ups) in a savepoint
-    of the drain's transaction: the outcome and the follow-ups it asked for are written
-    on the row there, so the effect and the row's processing commit together (once).
-    Returns the follow-ups to publish, or None when the apply raised (rolled back,
-    logged; the row waits for a later drain)."""
+                  body: str | None) -> tuple[str, list]:
+    """Apply the stored webhook of row ``pk`` (its ``APPLY`` follow-ups) inside the
+    drain's transaction. Returns (outcome, the follow-ups to publish: the row's other
+    ones and those the effect asked for). Raises _ApplyFailed (logged) when the apply
+    raised: the caller rolls the batch back and the row waits for a later drain."""
     from django.utils.module_loading import import_string
-    from structlog.contextvars import bound_contextvars
+    from structlog import contextvars
 
     pending: list = []
     token = _follow_ups.set(pending)
+    # An apply may bind log context (transaction_id): for its own lines only.
+    saved = contextvars.get_contextvars()
+    contextvars.bind_contextvars(inbound_source=source, inbound_event_id=event_id)
     try:
-        with bound_contextvars(inbound_source=source, inbound_event_id=event_id), \
-                transaction.atomic():
-            event = json.loads(body or "{}")
-            outcome = ""
-            for name, _args in follow_ups:
-                if name.startswith(APPLY):
-                    outcome = import_string(name[len(APPLY):])(event)
-                else:
-                    pending.append([name, _args])
-            with connection.cursor() as cursor:
-                cursor.execute("UPDATE inbound_events SET outcome = %s, follow_ups = "
-                               "%s::jsonb WHERE id = %s",
-                               [str(outcome)[:200], json.dumps(pending), pk])
-            log.info("webhook applied", extra={"source": source, "outcome": str(outcome)})
+        event = json.loads(body or "{}")
+        outcome = ""
+        for name, args in follow_ups:
+            if name.startswith(APPLY):
+                outcome = import_string(name[len(APPLY):])(event)
+            else:
+                pending.append([name, args])
+        log.info("webhook applied", extra={"source": source, "outcome": str(outcome)})
     except Exception as exc:
         log.warning("stored %s event %s not applied yet (%s: %s); a later drain tries "
                     "again", source, event_id, type(exc).__name__, exc)
-        return None
+        raise _ApplyFailed(pk) from exc
     finally:
         _follow_ups.reset(token)
-    return pending
+        contextvars.clear_contextvars()
+        contextvars.bind_contextvars(**saved)
+    return outcome, pending
 
 
 class _Waker:
