@@ -471,8 +471,11 @@ def _dig(body: dict, *keys: str) -> dict:
 
 
 def _ap_event_outcome(outcome: str, response: JsonResponse) -> JsonResponse:
+    """Count an AP event's outcome and log it on the request's own line (``outcome``,
+    with the event's id and type bound above; corridor/middleware.py): no line of its
+    own on the ingest path (issue 11 §3)."""
     metrics.AP_EVENTS.labels(outcome=outcome).inc()
-    log.info("ap event", extra={"outcome": outcome})
+    bind_contextvars(outcome=outcome)
     return response
 
 
@@ -616,9 +619,11 @@ def ap_rate(request):
 
 
 def webhook_outcome(source: str, outcome: str, response: JsonResponse) -> JsonResponse:
-    """Count and log a provider webhook's outcome (``source``: razorpay | razorpayx)."""
+    """Count a provider webhook's outcome (``source``: razorpay | razorpayx) and log it on
+    the request's own line (``source``, ``outcome``; corridor/middleware.py): no line of
+    its own on the ingest path (issue 11 §3). The drain logs ``webhook applied``."""
     metrics.WEBHOOKS.labels(source=source, outcome=outcome).inc()
-    log.info("webhook", extra={"source": source, "outcome": outcome})
+    bind_contextvars(source=source, outcome=outcome)
     return response
 
 
