@@ -203,6 +203,25 @@ def test_a_drain_whose_publish_fails_leaves_the_follow_up_waiting(client, settin
     assert InboundEvent.objects.get(event_id="evt-q1").processed_at is None
 
 
+def test_a_drain_whose_batched_publish_fails_at_its_flush_leaves_the_follow_up_waiting(
+        client, settings, monkeypatch):
+    """The drain's messages go to Redis in one pipeline when the batch ends (kombu's
+    Producer.batch): a flush that fails rolls the drain's transaction back."""
+    from kombu.transport import redis as kombu_redis
+
+    monkeypatch.setattr(inbox, "wake", lambda: None)
+    _ap_post(client, settings)
+
+    def broker_down(self):
+        raise ConnectionError("broker down at the flush")
+
+    monkeypatch.setattr(kombu_redis.PublishBatch, "flush", broker_down)
+    with pytest.raises(ConnectionError):
+        inbox.drain()
+
+    assert InboundEvent.objects.get(event_id="evt-q1").processed_at is None
+
+
 @pytest.mark.parametrize("claim", [True, False])
 def test_two_concurrent_drains_dispatch_a_follow_up_once(client, settings, monkeypatch,
                                                          claim):
