@@ -48,7 +48,8 @@ log = logging.getLogger(__name__)
 
 DUPLICATE = "duplicate"
 
-# The follow-ups of the delivery being applied (None outside record_and_apply).
+# The follow-ups of the delivery being applied (None outside record_and_apply and the
+# drain's apply of a stored webhook).
 _follow_ups: ContextVar[list | None] = ContextVar("inbound_follow_ups", default=None)
 
 
@@ -69,10 +70,10 @@ def _task_name(task) -> str:
 
 def follow_up(task, *args) -> None:
     """Ask for ``task(*args)`` once the current transaction commits. Inside
-    :func:`record_and_apply` the task is stored on the delivery's row and dispatched
-    by the drain; anywhere else it is published after commit
-    (``transaction.on_commit``), as before. ``task``: a Celery task; ``args``:
-    JSON-serialisable (ids). Call it after the writes it follows, in the same
+    :func:`record_and_apply`, or a stored webhook's apply run by :func:`drain`, the task
+    is stored on the delivery's row and dispatched by the drain; anywhere else it is
+    published after commit (``transaction.on_commit``), as before. ``task``: a Celery
+    task; ``args``: JSON-serialisable (ids). Call it after the writes it follows, in the same
     (sub)transaction: a follow-up stored before a savepoint that then rolls back
     stays asked for (the task must, and does, check the rows it acts on)."""
     pending = _follow_ups.get()
