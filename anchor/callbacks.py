@@ -22,6 +22,7 @@ import logging
 import jwt
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from structlog.contextvars import bind_contextvars
 
 from anchor import deposits, inbox
 from anchor.models import (
@@ -180,15 +181,12 @@ def ap_event_receive(*, event: dict) -> str:
                         follow_ups=[(tasks.deposit_release, tx["id"])])
 
 
-def razorpay_payment_webhook(*, event_id: str, event: dict,
-                             order: DepositOrder | None = None) -> str:
-    """A verified pay-in webhook: ``payment.captured`` / ``order.paid`` carry the
-    payment entity; both for one payment are one effect (per-payment uniqueness in
-    ``payment_record``). The event id is recorded in the same transaction as its
-    effect (``inbox.record_and_apply``), so a delivery that fails half-way is not
-    mistaken for a duplicate when Razorpay retries it. ``order``: the payment's
-    ``DepositOrder`` when the caller already read it (``payment_record``). Returns the
-    outcome; raises MalformedEvent."""
+def razorpay_payment_webhook(*, event_id: str, event: dict, raw: bytes) -> str:
+    """A verified pay-in webhook (``raw``: its body, ``event``: parsed): checked here
+    (each field it lands in fits its column; raises MalformedEvent), then stored as it
+    came for the drain to apply (``inbox.store``, one INSERT): ``received``, or
+    ``duplicate`` for an event id recorded before. :func:`razorpay_payment_apply` is
+    the effect."""
     event_id = _event_id(event_id, "X-Razorpay-Event-Id")
     name = _event_type(event.get("event"), "event")
     payload = _obj(event.get("payload"), "payload")
@@ -199,18 +197,36 @@ def razorpay_payment_webhook(*, event_id: str, event: dict,
                       "payload.refund.entity")
         _checked(inbound.field_text, DepositRefund, "refund_id", refund.get("id"),
                  "payload.refund.entity.id", required=False)
+    elif name in ("payment.captured", "order.paid") and payment:
+        check_payment(payment)
+    return inbox.store(source=InboundEvent.Source.RAZORPAY, event_id=event_id,
+                       event_type=name, body=raw,
+                       apply="anchor.callbacks.razorpay_payment_apply")
+
+
+def razorpay_payment_apply(event: dict) -> str:
+    """The effect of a stored pay-in webhook (run by the drain, once, in its claim
+    transaction: anchor/inbox.py): ``payment.captured`` / ``order.paid`` carry the
+    payment entity; both for one payment are one effect (per-payment uniqueness in
+    ``deposits.payment_record``); ``refund.*`` go to ``refunds.refund_webhook_apply``.
+    Returns the outcome."""
+    name = event.get("event") or ""
+    if name.startswith("refund."):
         from anchor import refunds
 
-        return inbox.record_and_apply(
-            source=InboundEvent.Source.RAZORPAY, event_id=event_id, event_type=name,
-            apply=lambda: refunds.refund_webhook_apply(event=event))
-    wanted = name in ("payment.captured", "order.paid") and bool(payment)
-    if wanted:
-        check_payment(payment)
-    return inbox.record_and_apply(
-        source=InboundEvent.Source.RAZORPAY, event_id=event_id, event_type=name,
-        apply=lambda: deposits.payment_record(payment=payment, order=order)
-        if wanted else "ignored")
+        return refunds.refund_webhook_apply(event=event)
+    payment = ((event.get("payload") or {}).get("payment") or {}).get("entity") or {}
+    if name not in ("payment.captured", "order.paid") or not payment:
+        return "ignored"
+    order_id = payment.get("order_id")
+    order = None
+    if isinstance(order_id, str) and order_id:
+        # Read once: the log context here, and payment_record's checks. By the unique
+        # key, unordered (.first() would add ORDER BY id).
+        order = next(iter(DepositOrder.objects.filter(order_id=order_id)[:1]), None)
+        if order is not None:
+            bind_contextvars(transaction_id=order.transaction_id)
+    return deposits.payment_record(payment=payment, order=order)
 
 
 def check_payment(payment: dict) -> None:

@@ -233,6 +233,10 @@ class InboundEvent(models.Model):
     # dispatched them (NULL while they wait).
     follow_ups = models.JSONField(null=True, blank=True)
     processed_at = models.DateTimeField(null=True, blank=True)
+    # A provider webhook is stored as it was verified (its raw body, checked to be
+    # strict JSON of the right shape) and applied by the drain (anchor/inbox.py
+    # ``store``); NULL for a delivery applied in its request (AP events, rejections).
+    body = models.TextField(null=True, blank=True)
 
     class Meta:
         db_table = "inbound_events"

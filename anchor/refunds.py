@@ -431,8 +431,9 @@ def _completed(refund: DepositRefund) -> DepositRefund:
 # --- webhooks -----------------------------------------------------------------------
 
 def refund_webhook_apply(*, event: dict) -> str:
-    """Apply a verified ``refund.*`` pay-in webhook (TREASURY §2.3) inside its dedupe
-    transaction (``inbox.record_and_apply``): find our row by the refund id, else by
+    """Apply a verified ``refund.*`` pay-in webhook (TREASURY §2.3), stored when it
+    arrived, inside the drain's claim transaction (``inbox.store``, ``inbox.drain``):
+    find our row by the refund id, else by
     our receipt on the same payment (the webhook can beat the create's answer), re-read
     the refund from Razorpay and apply what the API says, forward only. Razorpay
     unreachable: the drive is asked for (it polls) and nothing else is applied.

@@ -482,8 +482,11 @@ def _dig(body: dict, *keys: str) -> dict:
 
 
 def _ap_event_outcome(outcome: str, response: JsonResponse) -> JsonResponse:
+    """Count an AP event's outcome and log it on the request's own line (``outcome``,
+    with the event's id and type bound above; corridor/middleware.py): no line of its
+    own on the ingest path (issue 11 §3)."""
     metrics.AP_EVENTS.labels(outcome=outcome).inc()
-    log.info("ap event", extra={"outcome": outcome})
+    bind_contextvars(outcome=outcome)
     return response
 
 
@@ -627,9 +630,11 @@ def ap_rate(request):
 
 
 def webhook_outcome(source: str, outcome: str, response: JsonResponse) -> JsonResponse:
-    """Count and log a provider webhook's outcome (``source``: razorpay | razorpayx)."""
+    """Count a provider webhook's outcome (``source``: razorpay | razorpayx) and log it on
+    the request's own line (``source``, ``outcome``; corridor/middleware.py): no line of
+    its own on the ingest path (issue 11 §3). The drain logs ``webhook applied``."""
     metrics.WEBHOOKS.labels(source=source, outcome=outcome).inc()
-    log.info("webhook", extra={"source": source, "outcome": outcome})
+    bind_contextvars(source=source, outcome=outcome)
     return response
 
 
@@ -672,20 +677,8 @@ def razorpay_payments_webhook(request):
     event: dict = {}
     try:
         event = callbacks.parse_json_object(raw)
-        order_id = _dig(event, "payload", "payment", "entity").get("order_id")
-        if isinstance(order_id, str) and order_id and len(order_id) <= inbound.max_length(
-                DepositOrder, "order_id"):
-            # Read once: the log context here, and payment_record's checks below.
-            # By the unique key, unordered: .first() would add ORDER BY id, which
-            # costs the ORM more than the query costs the database.
-            order = next(iter(DepositOrder.objects.filter(order_id=order_id)[:1]), None)
-            if order is not None:
-                bind_contextvars(transaction_id=order.transaction_id)
-        else:
-            order = None
         bind_contextvars(razorpay_event_id=inbound.sanitize(event_id, 100))
-        outcome = callbacks.razorpay_payment_webhook(event_id=event_id, event=event,
-                                                     order=order)
+        outcome = callbacks.razorpay_payment_webhook(event_id=event_id, event=event, raw=raw)
     except (callbacks.MalformedEvent, DataError) as exc:
         if isinstance(exc, DataError):  # a column the checks missed: still never storable
             log.exception("signed payment webhook could not be stored")

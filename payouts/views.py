@@ -30,7 +30,7 @@ from corridor import inbound
 from payouts import fav, liquidity, withdrawals
 from payouts.models import WithdrawalPayout, WithdrawalRequest
 from payouts.providers.base import ProviderError
-from payouts.webhooks import ProviderUnreachable, check_payout_event, payout_webhook_apply
+from payouts.webhooks import check_payout_event
 
 log = logging.getLogger(__name__)
 
@@ -197,14 +197,9 @@ def razorpayx_webhook(request):
     if isinstance(entity.get("reference_id"), str):
         bind_contextvars(transaction_id=entity["reference_id"])
     bind_contextvars(razorpay_event_id=event_id)
-    try:
-        outcome = inbox.record_and_apply(
-            source=InboundEvent.Source.RAZORPAYX, event_id=event_id,
-            event_type=inbound.sanitize(event.get("event"), 60),
-            apply=lambda: payout_webhook_apply(event=event))
-    except ProviderUnreachable as exc:
-        # Nothing applied and nothing recorded: RazorpayX sends it again.
-        log.warning("payout webhook not confirmed, RazorpayX unreachable: %s", exc)
-        return webhook_outcome("razorpayx", "provider_unreachable", JsonResponse(
-            {"error": "RazorpayX could not be asked; send it again"}, status=503))
+    # Stored as verified; the drain applies it (payout_webhook_apply asks RazorpayX
+    # first, and is tried again by a later drain while RazorpayX cannot be asked).
+    outcome = inbox.store(source=InboundEvent.Source.RAZORPAYX, event_id=event_id,
+                          event_type=inbound.sanitize(event.get("event"), 60), body=raw,
+                          apply="payouts.webhooks.payout_webhook_apply_stored")
     return webhook_outcome("razorpayx", outcome, JsonResponse({"outcome": outcome}))

@@ -8,10 +8,12 @@ match nothing get 2xx (Razorpay disables endpoints after failures) and are logge
 A webhook is a claim, never the fact (issue 9: a leaked webhook secret alone must not
 mark a payout paid): Corridor fetches the payout itself (``GET /v1/payouts/{id}``) and
 applies what the API says -- its status and its UTR -- through the same forward-only
-ranks as the poller. When RazorpayX cannot be asked, ``ProviderUnreachable`` is raised
-and the endpoint answers 503 without recording the event, so RazorpayX delivers it
-again (NOTES §1.5: retries for 24 hours); the poller, which fetches every
-``processing`` payout by itself, settles it meanwhile in any case."""
+ranks as the poller. The webhook is stored when it arrives and applied by the inbound
+drain (anchor/inbox.py ``store``, issue 11 §3), so the fetch is never on the request's
+path. When RazorpayX cannot be asked, ``ProviderUnreachable`` is raised: the drain
+rolls the apply back and the stored row waits for a later drain (the beat sweep,
+every ``INBOUND_SWEEP_PERIOD_S``); the poller, which fetches every ``processing``
+payout by itself, settles it meanwhile in any case."""
 
 from __future__ import annotations
 
@@ -87,13 +89,20 @@ class ProviderUnreachable(Exception):
     applied; answer 5xx so the event comes again."""
 
 
+def payout_webhook_apply_stored(event: dict) -> str:
+    """The drain's apply of a stored payout webhook (anchor/inbox.py ``store``):
+    :func:`payout_webhook_apply`; ProviderUnreachable leaves the row waiting for a
+    later drain (the poller settles the payout meanwhile in any case)."""
+    return payout_webhook_apply(event=event)
+
+
 def payout_webhook_apply(*, event: dict) -> str:
     """Apply a verified ``payout.*`` event: find our payout by the event's payout id or
     reference, fetch that payout from RazorpayX, check the API's ``reference_id`` and
     ``amount`` (paise) against our row, and move the row by the API's status (forward
     only, ``guard.payout_apply_status``): ``processed`` -> ``completed`` with the API's
     UTR, then AP's ``notify_offchain_funds_sent`` after commit. Runs inside the
-    webhook's dedupe transaction (``anchor.inbox.record_and_apply``). Returns the outcome
+    drain's claim transaction of the stored webhook (``anchor.inbox.drain``). Returns the outcome
     (``ignored``, ``unknown_payout``, ``amount_mismatch``, ``payout_not_found``,
     ``reference_mismatch`` or ``<before>-><after>``). Raises ProviderUnreachable."""
     name = str(event.get("event", ""))

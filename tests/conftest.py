@@ -140,6 +140,29 @@ class Sandbox:
         self.http.delete("/sandbox/faults").raise_for_status()
 
 
+def _drain_now() -> None:
+    """The test stand-in for a worker woken at once (anchor/inbox.py ``wake``)."""
+    import logging
+
+    from anchor import inbox
+
+    try:
+        inbox.drain()
+    except Exception as exc:  # as a worker's failure would: the sweep drains later
+        logging.getLogger(__name__).warning("test drain failed: %s", exc)
+
+
+@pytest.fixture(autouse=True)
+def inbound_drained_at_once(monkeypatch):
+    """A delivery's wake-up drains at once, in the process that recorded it (no worker
+    process in most tests): a stored webhook is applied, and its follow-ups published,
+    right after its INSERT, as a worker woken by it would. Tests of the queue itself
+    patch ``inbox.wake`` again (lost wake-ups) or restore ``inbox._waker.wake``."""
+    from anchor import inbox
+
+    monkeypatch.setattr(inbox, "wake", _drain_now)
+
+
 @pytest.fixture(scope="session")
 def sandbox(live_server, django_db_blocker) -> Sandbox:
     """The sandbox, started once per session, posting events and webhooks to the

@@ -93,8 +93,99 @@ def test_a_recorded_payment_webhook_hands_its_confirmation_to_the_drain_once(
     assert tasks.inbound_drain() == 1
     tasks.inbound_drain()
 
-    assert (first.json()["outcome"], replay.json()["outcome"]) == ("recorded", "duplicate")
+    assert (first.json()["outcome"], replay.json()["outcome"]) == ("received", "duplicate")
     assert lost_wakeups == [("anchor.tasks.deposit_funds_received", ["tx-qp1"])]
+    assert InboundEvent.objects.get(event_id="evt-qp1").outcome == "recorded"
+
+
+def _order():
+    return DepositOrder.objects.create(
+        transaction_id="tx-qp1", order_id="order_q1", amount_in="1000.00",
+        amount_in_paise=100000, fee="20.00", amount_out="11.5294118", rate="85.0000")
+
+
+class WorkerKilled(BaseException):
+    """A SIGKILL of the worker mid-drain, as far as the database sees it: the drain's
+    transaction never commits (BaseException: nothing in the drain catches it)."""
+
+
+def test_a_webhook_whose_drain_is_killed_mid_way_is_applied_once_by_the_next(
+        client, settings, monkeypatch, lost_wakeups):
+    """The payment webhook is stored (received), its wake-up lost; the first drain is
+    killed after applying it, while it publishes: its transaction rolls back (the
+    payment row with it). The sweep's drain applies it once: one payment, one
+    follow-up published after the kill, the row processed."""
+    from anchor.models import DepositPayment
+
+    _order()
+    assert _payment_post(client, settings).json()["outcome"] == "received"
+
+    def killed(name, args, producer=None):
+        raise WorkerKilled
+
+    monkeypatch.setattr(inbox, "_dispatch", killed)
+    with pytest.raises(WorkerKilled):
+        tasks.inbound_drain()
+    assert not DepositPayment.objects.exists()
+    assert InboundEvent.objects.get(event_id="evt-qp1").outcome == "received"
+
+    monkeypatch.setattr(inbox, "_dispatch",
+                        lambda name, args, producer=None: lost_wakeups.append((name, args)))
+    assert tasks.inbound_drain() == 1
+    assert tasks.inbound_drain() == 0
+
+    assert DepositPayment.objects.count() == 1
+    assert lost_wakeups == [("anchor.tasks.deposit_funds_received", ["tx-qp1"])]
+    row = InboundEvent.objects.get(event_id="evt-qp1")
+    assert (row.outcome, row.processed_at is not None) == ("recorded", True)
+
+
+@pytest.mark.parametrize("claim", [True, False])
+def test_two_concurrent_drains_apply_a_stored_webhook_once(client, settings, monkeypatch,
+                                                           lost_wakeups, claim):
+    """Drain A is applying the stored payment webhook (inside ``payment_record``) when
+    drain B runs. With the claim (FOR UPDATE SKIP LOCKED) B skips the row; without
+    (INBOUND_DRAIN_CLAIM=False) B applies the same webhook a second time."""
+    from anchor import deposits
+
+    settings.INBOUND_DRAIN_CLAIM = claim
+    _order()
+    _payment_post(client, settings)
+    real = deposits.payment_record
+    applied: list[str] = []
+    a_inside, b_done = threading.Event(), threading.Event()
+
+    def payment_record(**kwargs):
+        applied.append(threading.current_thread().name)
+        if threading.current_thread().name == "drain-a":
+            a_inside.set()
+            b_done.wait(timeout=3)
+        return real(**kwargs)
+
+    monkeypatch.setattr(deposits, "payment_record", payment_record)
+    results: dict[str, int] = {}
+
+    def run(name):
+        try:
+            if name == "drain-b":
+                a_inside.wait(timeout=5)
+            results[name] = inbox.drain()
+        finally:
+            if name == "drain-b":
+                b_done.set()
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(n,), name=n) for n in ("drain-a", "drain-b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=15)
+
+    if claim:
+        assert (applied, results) == (["drain-a"], {"drain-a": 1, "drain-b": 0})
+        assert lost_wakeups == [("anchor.tasks.deposit_funds_received", ["tx-qp1"])]
+    else:  # the protection off: the same webhook is applied twice
+        assert sorted(applied) == ["drain-a", "drain-b"]
 
 
 def test_a_drain_whose_publish_fails_leaves_the_follow_up_waiting(client, settings,
@@ -106,6 +197,25 @@ def test_a_drain_whose_publish_fails_leaves_the_follow_up_waiting(client, settin
         raise ConnectionError("broker down")
 
     monkeypatch.setattr(inbox, "_dispatch", broker_down)
+    with pytest.raises(ConnectionError):
+        inbox.drain()
+
+    assert InboundEvent.objects.get(event_id="evt-q1").processed_at is None
+
+
+def test_a_drain_whose_batched_publish_fails_at_its_flush_leaves_the_follow_up_waiting(
+        client, settings, monkeypatch):
+    """The drain's messages go to Redis in one pipeline when the batch ends (kombu's
+    Producer.batch): a flush that fails rolls the drain's transaction back."""
+    from kombu.transport import redis as kombu_redis
+
+    monkeypatch.setattr(inbox, "wake", lambda: None)
+    _ap_post(client, settings)
+
+    def broker_down(self):
+        raise ConnectionError("broker down at the flush")
+
+    monkeypatch.setattr(kombu_redis.PublishBatch, "flush", broker_down)
     with pytest.raises(ConnectionError):
         inbox.drain()
 
@@ -154,8 +264,10 @@ def test_two_concurrent_drains_dispatch_a_follow_up_once(client, settings, monke
         assert sorted(dispatched) == ["drain-a", "drain-b"]
 
 
-def test_a_delivery_wakes_a_drain_on_the_broker(client, settings):
+def test_a_delivery_wakes_a_drain_on_the_broker(client, settings, monkeypatch):
     from corridor.celery import app
+
+    monkeypatch.setattr(inbox, "wake", inbox._waker.wake)  # the real one, not conftest's
 
     with app.connection_for_write() as conn:
         conn.default_channel.queue_purge("celery")

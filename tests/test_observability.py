@@ -281,12 +281,12 @@ def test_requests_carry_a_request_id_echoed_in_the_response(client, captured):
     by_request = {}
     for line in captured.parsed():
         by_request.setdefault(line.get("request_id"), []).append(line)
+    # The event's outcome rides on the request's own line (no line of its own).
     assert [(x["logger"], x.get("outcome"), x.get("status"))
             for x in by_request["edge-4711"]] == [
-        ("anchor.views", "unauthorized", None),
-        ("corridor.request", None, 401),
-        ("django.request", None, None)]
-    assert len(by_request[fresh["X-Request-Id"]]) == 3
+        ("corridor.request", "unauthorized", 401),
+        ("django.request", "unauthorized", None)]
+    assert len(by_request[fresh["X-Request-Id"]]) == 2
     assert get_contextvars() == {}
 
 
@@ -459,13 +459,19 @@ def test_a_full_deposit_and_withdrawal_log_json_with_their_ids_and_no_secrets(
             assert line["transaction_id"] in ids, line
         if path_id:
             assert line["transaction_id"] == path_id, line
-    webhooks = [x for x in lines if x["event"] == "webhook"]
-    # "ignored": events about no transaction (the fund account validation's own).
-    assert {(x["source"], x["transaction_id"]) for x in webhooks
+    # A webhook's and an AP event's outcome ride on their request line.
+    webhooks = [x for x in requests if x["path"].startswith("/webhooks/razorpay/")]
+    assert webhooks and all(x["request_id"] and x["outcome"] and x["source"]
+                            for x in webhooks)
+    # Stored webhooks are applied by the drain (anchor/inbox.py), which logs each with
+    # the outcome. "ignored": events about no transaction (the fund account
+    # validation's own).
+    applied = [x for x in lines if x["event"] == "webhook applied"]
+    assert {(x["source"], x.get("transaction_id")) for x in applied
             if x["outcome"] not in ("duplicate", "ignored")} == {("razorpay", deposit_id),
                                                                  ("razorpayx", withdrawal_id)}
-    assert all(x["request_id"] for x in webhooks)
-    ap_events = [x for x in lines if x["event"] == "ap event"]
+    ap_events = [x for x in requests if x["path"] == "/callbacks/event"]
+    assert all(x["outcome"] for x in ap_events)
     assert ap_events and {x["transaction_id"] for x in ap_events} <= set(ids)
     assert {x["transaction_id"] for x in lines if x["event"] == "deposit order created"} == \
         {deposit_id}

@@ -40,6 +40,7 @@ from payouts import operations as payout_ops
 from payouts.models import PayoutAttempt, StellarReceipt, WithdrawalPayout, WithdrawalRefund
 from tests.factories import DepositOrderFactory, DepositReleaseFactory
 from tests.flows import wait_for
+from tests.inbound import applied_outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_DIRS = ("anchor", "payouts", "sagas", "corridor", "ledger")
@@ -380,8 +381,9 @@ def test_a_duplicate_razorpay_payment_event_is_applied_once(client, monkeypatch)
     first = _post(client, "/webhooks/razorpay/payments", event, "evt_dup_pay")
     again = _post(client, "/webhooks/razorpay/payments", event, "evt_dup_pay")
 
-    assert (first.status_code, first.json()) == (200, {"outcome": "recorded"})
+    assert (first.status_code, first.json()) == (200, {"outcome": "received"})
     assert (again.status_code, again.json()) == (200, {"outcome": "duplicate"})
+    assert applied_outcome("razorpay", "evt_dup_pay") == "recorded"
     assert spy.calls == 1
     assert list(InboundEvent.objects.values_list("source", "event_id", "outcome")) == [
         ("razorpay", "evt_dup_pay", "recorded")]
@@ -389,7 +391,7 @@ def test_a_duplicate_razorpay_payment_event_is_applied_once(client, monkeypatch)
 
 
 @pytest.mark.django_db
-def test_a_razorpay_payment_apply_that_raises_leaves_no_row_and_its_redelivery_applies(
+def test_a_razorpay_payment_apply_that_raises_leaves_its_row_waiting_for_a_later_drain(
         client, monkeypatch):
     order = DepositOrderFactory()
     spy = Spy(deposits.payment_record, fail_first=True)
@@ -399,13 +401,15 @@ def test_a_razorpay_payment_apply_that_raises_leaves_no_row_and_its_redelivery_a
 
     crashed = _post(client, "/webhooks/razorpay/payments", event, "evt_crash_pay")
 
-    assert crashed.status_code == 500  # Razorpay delivers it again
-    assert not InboundEvent.objects.exists()
+    # Durable before the 2xx; the drain's apply crashed and rolled back, the row waits.
+    assert crashed.json() == {"outcome": "received"}
+    assert applied_outcome("razorpay", "evt_crash_pay") == "received"
     assert not DepositPayment.objects.exists()
 
     redelivered = _post(client, "/webhooks/razorpay/payments", event, "evt_crash_pay")
 
-    assert redelivered.json() == {"outcome": "recorded"}
+    assert redelivered.json() == {"outcome": "duplicate"}
+    assert applied_outcome("razorpay", "evt_crash_pay") == "recorded"  # a later drain
     assert spy.calls == 2
     assert list(InboundEvent.objects.values_list("event_id", "outcome")) == [
         ("evt_crash_pay", "recorded")]
@@ -440,13 +444,14 @@ def test_a_duplicate_razorpayx_payout_event_is_applied_once(sbx, client, monkeyp
     payout = _processing_payout(sbx)
     event = _processed_event(sbx, payout)
     spy = Spy(webhooks.payout_webhook_apply, match=lambda **kw: kw.get("event") == event)
-    monkeypatch.setattr("payouts.views.payout_webhook_apply", spy)
+    monkeypatch.setattr(webhooks, "payout_webhook_apply", spy)
 
     first = _post(client, "/webhooks/razorpay/payouts", event, "evt_dup_pout")
     again = _post(client, "/webhooks/razorpay/payouts", event, "evt_dup_pout")
 
-    assert first.json() == {"outcome": "processing->completed"}
+    assert first.json() == {"outcome": "received"}
     assert again.json() == {"outcome": "duplicate"}
+    assert applied_outcome("razorpayx", "evt_dup_pout") == "processing->completed"
     assert spy.calls == 1
     assert list(InboundEvent.objects.filter(source="razorpayx", event_id="evt_dup_pout")
                 .values_list("outcome", flat=True)) == ["processing->completed"]
@@ -456,7 +461,7 @@ def test_a_duplicate_razorpayx_payout_event_is_applied_once(sbx, client, monkeyp
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_razorpayx_apply_that_raises_leaves_no_row_and_its_redelivery_applies(
+def test_a_razorpayx_apply_that_raises_leaves_its_row_waiting_for_a_later_drain(
         sbx, client, monkeypatch):
     from payouts import webhooks
     from tests.flows import ap
@@ -465,19 +470,22 @@ def test_a_razorpayx_apply_that_raises_leaves_no_row_and_its_redelivery_applies(
     event = _processed_event(sbx, payout)
     spy = Spy(webhooks.payout_webhook_apply, fail_first=True,
               match=lambda **kw: kw.get("event") == event)
-    monkeypatch.setattr("payouts.views.payout_webhook_apply", spy)
+    monkeypatch.setattr(webhooks, "payout_webhook_apply", spy)
     client.raise_request_exception = False
 
     crashed = _post(client, "/webhooks/razorpay/payouts", event, "evt_crash_pout")
 
-    assert crashed.status_code == 500
-    assert not InboundEvent.objects.filter(source="razorpayx", event_id="evt_crash_pout").exists()
+    # Durable before the 2xx; the drain's apply crashed and rolled back, the row waits.
+    assert crashed.json() == {"outcome": "received"}
+    assert InboundEvent.objects.get(source="razorpayx", event_id="evt_crash_pout"
+                                    ).processed_at is None
     payout.refresh_from_db()
     assert (payout.status, payout.reference, payout.ap_completed_at) == ("processing", "", None)
 
     redelivered = _post(client, "/webhooks/razorpay/payouts", event, "evt_crash_pout")
 
-    assert redelivered.json() == {"outcome": "processing->completed"}
+    assert redelivered.json() == {"outcome": "duplicate"}
+    assert applied_outcome("razorpayx", "evt_crash_pout") == "processing->completed"
     assert spy.calls == 2
     assert list(InboundEvent.objects.filter(source="razorpayx", event_id="evt_crash_pout")
                 .values_list("outcome", flat=True)) == ["processing->completed"]
