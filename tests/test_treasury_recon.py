@@ -455,6 +455,34 @@ def test_treasury_open_books_the_razorpayx_opening_once_and_the_recon_not_again(
     assert ledger.balance(account=chart.RAZORPAYX_CURRENT, currency="INR") == outside
 
 
+def test_treasury_open_on_open_books_books_no_later_difference_as_opening(clean_sandbox):
+    """make run runs treasury_open on every start: once the books hold the account, a
+    difference that came later (here a payout nobody booked) is the reconciliation's
+    break, never booked as the opening (the demo's statement-only reversal was)."""
+    from django.core.management import call_command
+
+    from payouts import statement
+    from tests.flows import vpa_fund_account
+    from tests.sandbox.razorpayx_calls import create_payout
+
+    httpx.post(f"{clean_sandbox.url}/razorpay/sandbox/payouts/reset", timeout=10
+               ).raise_for_status()
+    open_distribution()
+    open_razorpayx(operator="test")
+    opened = ledger.balance(account=chart.RAZORPAYX_CURRENT, currency="INR")
+    unknown, _ = create_payout(clean_sandbox, vpa_fund_account(clean_sandbox), amount=50000)
+    wait_for(lambda: chart.rupees(statement.balance().amount_paise) < opened,
+             what="the unknown payout debited at RazorpayX")
+
+    assert open_razorpayx(operator="test") == 0
+    call_command("treasury_open")
+
+    assert ledger.balance(account=chart.RAZORPAYX_CURRENT, currency="INR") == opened
+    assert not Entry.objects.filter(idempotency_key="funding:razorpayx:opening").exists()
+    reconcile()
+    assert Break.objects.filter(reference=unknown["id"], status="open").exists()
+
+
 def test_make_run_opens_the_books_once_the_sandbox_answers(clean_sandbox):
     """scripts/run_dev.py's step after honcho started the sandbox: ``treasury_open`` in a
     process of its own against this database, as ``make run`` runs it."""

@@ -495,9 +495,10 @@ def open_razorpayx(*, operator: str = "") -> Decimal:
     from the first reconciliation: the statement's ``bank_transfer`` rows of the
     look-back are booked under the keys the reconciliation uses (``funding:razorpayx:<txn
     id>``: never twice), and what the balance holds beyond the books then (older money)
-    once as ``funding:razorpayx:opening``. Returns the INR booked now (0 when everything
-    was booked already). Meant for a start before money moves (``treasury_open``): a
-    payout in flight then would be counted in the opening. Raises RazorpayError."""
+    once as ``funding:razorpayx:opening``, only while the books hold nothing on the
+    account yet. Returns the INR booked now (0 when everything was booked already).
+    Meant for a start before money moves (``treasury_open``): a payout in flight then
+    is netted as the reconciliation nets it. Raises RazorpayError."""
     outside = _rupees(rzpx.balance().amount_paise)
     # The statement up to after that read: a row the balance holds (the account's opening
     # row is made by its first read) is booked under its own key, never in the rest.
@@ -505,12 +506,18 @@ def open_razorpayx(*, operator: str = "") -> Decimal:
     since = _day_start(now.date() - timedelta(days=settings.TREASURY_RECON_LOOKBACK_DAYS))
     booked = ZERO
     with transaction.atomic():
+        # Books already open (anything posted on the account: an earlier opening, a
+        # payout, a top-up): what the balance holds beyond them is no opening but a
+        # difference for the reconciliation to show as a break (make run opens on every
+        # start: a later difference was booked here as "opening" and hid its break).
+        opened = Posting.objects.filter(account__code=chart.RAZORPAYX_CURRENT,
+                                        account__currency="INR").exists()
         rows = rzpx.statement(since, now)
         for row in rows:
             if row.kind == "bank_transfer" and _funded(row):
                 booked += _rupees(row.credit_paise - row.debit_paise)
         key = "razorpayx:opening"
-        if not chart.posted(f"funding:{key}"):
+        if not opened and not chart.posted(f"funding:{key}"):
             # A payout of ours in flight (debited there, not booked paid yet) is not
             # older money: it is netted as the reconciliation nets it, else the opening
             # would be short by it for good once the payout is booked paid.
