@@ -163,23 +163,7 @@ def test_two_concurrent_drains_apply_a_stored_webhook_once(client, settings, mon
         return real(**kwargs)
 
     monkeypatch.setattr(deposits, "payment_record", payment_record)
-    results: dict[str, int] = {}
-
-    def run(name):
-        try:
-            if name == "drain-b":
-                a_inside.wait(timeout=5)
-            results[name] = inbox.drain()
-        finally:
-            if name == "drain-b":
-                b_done.set()
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(n,), name=n) for n in ("drain-a", "drain-b")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=15)
+    results = _two_drains(a_inside, b_done)
 
     if claim:
         assert (applied, results) == (["drain-a"], {"drain-a": 1, "drain-b": 0})
@@ -240,23 +224,7 @@ def test_two_concurrent_drains_dispatch_a_follow_up_once(client, settings, monke
             b_done.wait(timeout=5)
 
     monkeypatch.setattr(inbox, "_dispatch", dispatch)
-    results: dict[str, int] = {}
-
-    def run(name):
-        try:
-            if name == "drain-b":
-                a_inside.wait(timeout=5)
-            results[name] = inbox.drain()
-        finally:
-            if name == "drain-b":
-                b_done.set()
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(n,), name=n) for n in ("drain-a", "drain-b")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=10)
+    results = _two_drains(a_inside, b_done)
 
     if claim:
         assert (dispatched, results) == (["drain-a"], {"drain-a": 1, "drain-b": 0})
@@ -282,3 +250,27 @@ def test_a_delivery_wakes_a_drain_on_the_broker(client, settings, monkeypatch):
 
     assert "anchor.tasks.inbound_drain" in names
     assert InboundEvent.objects.get(event_id="evt-q1").processed_at is None  # no worker here
+
+
+def _two_drains(a_inside: threading.Event, b_done: threading.Event) -> dict[str, int]:
+    """Run ``inbox.drain`` in threads ``drain-a`` and ``drain-b``, b starting once a is
+    inside (``a_inside``) and a held until b is done (``b_done``): the race a claim must
+    win. Returns thread name -> rows drained."""
+    results: dict[str, int] = {}
+
+    def run(name):
+        try:
+            if name == "drain-b":
+                a_inside.wait(timeout=5)
+            results[name] = inbox.drain()
+        finally:
+            if name == "drain-b":
+                b_done.set()
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(n,), name=n) for n in ("drain-a", "drain-b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=15)
+    return results
