@@ -613,7 +613,10 @@ def test_a_payout_stuck_with_the_provider(sbx, operator, client, settings):
         source="razorpayx", event_type="payout.updated").exclude(outcome="").exists(),
         what="payout.updated applied")
     before = WithdrawalPayout.objects.values().get(pk=payout.pk)
-    attempts = list(PayoutAttempt.objects.values())
+    # updated_at aside: a late copy of the provider's webhook, applied by the drain, may
+    # touch the attempt with the same values meanwhile; that is not the refused action.
+    fields = [f.name for f in PayoutAttempt._meta.concrete_fields if f.name != "updated_at"]
+    attempts = list(PayoutAttempt.objects.values(*fields))
 
     assert "would be refused" in confirmation_page(client, "payouts_withdrawalpayout",
                                                    "new_attempt", payout.pk)
@@ -622,7 +625,7 @@ def test_a_payout_stuck_with_the_provider(sbx, operator, client, settings):
     shown = confirm(client, "payouts_withdrawalpayout", "mark_failed", payout.pk)
     assert refused(shown) and "(processing)" in shown[0]
     assert WithdrawalPayout.objects.values().get(pk=payout.pk) == before
-    assert list(PayoutAttempt.objects.values()) == attempts
+    assert list(PayoutAttempt.objects.values(*fields)) == attempts
     assert not PayoutEvent.objects.exists()
 
     assert "Then tell AP notify_offchain_funds_sent" in confirmation_page(

@@ -282,7 +282,9 @@ def test_a_statement_fee_that_differs_is_one_break_and_explains_the_balance(reco
 
 
 def test_a_reversal_only_the_statement_shows_is_a_break_missing_in_the_books(recon):
-    recon.fault("razorpayx.reversal_statement_only", times=1, after_s=0.5)
+    # Reversed well after it was paid: Corridor books it paid first (a reversal before
+    # Corridor read "processed" is one Corridor rightly sees reversed on GET /payouts).
+    recon.fault("razorpayx.reversal_statement_only", times=1, after_s=3)
     payout = paid_withdrawal(recon)
     reference = f"reversal:{payout.provider_payout_id}"
 
