@@ -164,9 +164,11 @@ def inbound_drained_at_once(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def sandbox(live_server, django_db_blocker) -> Sandbox:
+def sandbox(django_db_setup, live_server, django_db_blocker) -> Sandbox:
     """The sandbox, started once per session, posting events and webhooks to the
-    Corridor ``live_server`` (which serves from the test database)."""
+    Corridor ``live_server`` (which serves from the test database). After
+    ``django_db_setup``: the sandbox migrates its test database itself, and racing
+    pytest-django's creation of it failed with "relation ... already exists"."""
     from django.conf import settings
 
     port = free_port()
