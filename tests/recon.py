@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.contrib.auth.models import User
+
 from ledger.models import Entry
+from payouts.models import WithdrawalPayout
+from tests.flows import pay_and_wait_for_ap, settle, start_withdrawal
 from treasury.models import Break, ReconRun
 
 RAZORPAYX = "razorpayx:current INR"
@@ -44,3 +48,17 @@ def unexplained(run: ReconRun, key: str = RAZORPAYX) -> Decimal:
     the session (its statement carries earlier tests' money, this database not), so a
     test compares this before and after its own flow."""
     return compared(run, key)["difference"]
+
+
+def superuser(name: str = "treasury-ops") -> User:
+    """An operator with every permission (the treasury and books tests' actor)."""
+    return User.objects.create_superuser(name, f"{name}@example.com", "pw")
+
+
+def paid_withdrawal(sandbox) -> WithdrawalPayout:
+    """A SEP-24 withdrawal paid through the sandbox's RazorpayX to ``completed``."""
+    wallet, transaction_id, pay = start_withdrawal(sandbox)
+    pay_and_wait_for_ap(wallet, pay)
+    payout = settle(transaction_id)
+    assert payout.status == "completed"
+    return payout

@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 
 from anchor import stellar
 from tests.flows import wait_for
-from tests.recon import balance_breaks, compared
+from tests.recon import balance_breaks, compared, superuser
 from treasury import operations as treasury_ops
 from treasury.models import Break
 from treasury.reconcile import open_distribution, reconcile
@@ -28,9 +28,6 @@ def recon(settings, clean_sandbox):
     open_distribution()
     return clean_sandbox
 
-
-def operator() -> User:
-    return User.objects.create_superuser("attack-ops", "attack@example.com", "pw")
 
 
 def _fund_hub(sandbox, hub, amount):
@@ -48,7 +45,7 @@ def test_a_new_difference_on_an_explained_balance_break_opens_a_break(recon):
     wait_for(lambda: reconcile() and balance_breaks("horizon").get(key) == before + 7,
              timeout=10, interval=0.5, what="the hub's break")
     found = Break.objects.get(key=key)
-    treasury_ops.break_explain(break_id=found.pk, operator=operator(),
+    treasury_ops.break_explain(break_id=found.pk, operator=superuser("attack-ops"),
                                amount=str(found.difference), note="OPS-1: treasury move")
     found.refresh_from_db()
     run = reconcile()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import pytest
 from django.db import connection
 
@@ -19,6 +18,7 @@ from anchor import operations, refunds, releases
 from anchor.models import DepositPayment, DepositRefund
 from common.console import OperationRefused
 from tests.flows import Wallet, paid_deposit, purge_broker, sync_groups, wait_for
+from tests.sandbox.razorpay_calls import sandbox_refunds
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 S = DepositRefund.Status
@@ -33,13 +33,6 @@ def operator(client):
     user = User.objects.create_user(username="rita", is_staff=True)
     user.groups.add(Group.objects.get(name="operators"))
     return user
-
-
-def sandbox_refunds(sandbox, payment_id: str) -> list[dict]:
-    response = httpx.get(f"{sandbox.url}/razorpay/sandbox/refunds",
-                         params={"payment_id": payment_id}, timeout=10)
-    response.raise_for_status()
-    return response.json()["refunds"]
 
 
 def test_a_refund_claimed_during_a_release_redrive_is_never_also_released(

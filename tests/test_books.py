@@ -11,7 +11,6 @@ from decimal import Decimal
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import User
 from django.db import transaction
 
 from anchor import deposits, releases, stellar
@@ -37,6 +36,7 @@ from tests.flows import (
     validation_account,
     wait_for,
 )
+from tests.recon import superuser
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 USDC, INR = "USDC", "INR"
@@ -89,9 +89,6 @@ def owed_balances() -> dict[str, Decimal]:
     return {code: ledger.balance(account=code, currency=ccy)
             for code, ccy, _ in chart.ACCOUNTS if code.startswith("owed:")}
 
-
-def operator() -> User:
-    return User.objects.create_superuser("books-ops", "books@example.com", "pw")
 
 
 # --- deposits ---------------------------------------------------------------------------
@@ -247,7 +244,7 @@ def test_a_reversed_payout_credits_razorpayx_back_holds_the_rupees_and_repays_th
     # An operator confirms it paid after all (paid again outside Corridor, new UTR): the
     # rupees held again left the current account, once.
     operations.payout_confirm_paid(payout_id=payout.pk, utr="NEFTN20240517001",
-                                   operator=operator(), note="OPS-51 paid by NEFT")
+                                   operator=superuser(), note="OPS-51 paid by NEFT")
     assert lines(f"withdrawal:{transaction_id}:repaid") == {
         ("owed:reversed", INR): request.amount_out,
         ("razorpayx:current", INR): -request.amount_out}
@@ -319,7 +316,7 @@ def test_a_receive_refunded_after_a_reversal_buys_the_rupees_back(sa, clean_sand
     request = WithdrawalRequest.objects.get(transaction_id=tid)
 
     refund = operations.withdrawal_refund_on_chain(
-        request_id=request.pk, operator=operator(), note="OPS-32 the bank sent it back")
+        request_id=request.pk, operator=superuser(), note="OPS-32 the bank sent it back")
 
     assert refund.status == "completed"
     assert lines(f"refund:{refund.pk}:reconverted") == {

@@ -32,6 +32,7 @@ from tests.flows import (
     sync_groups,
     wait_for,
 )
+from tests.sandbox.razorpay_calls import sandbox_refunds
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 S = DepositRefund.Status
@@ -55,13 +56,6 @@ def operator(client):
     user.groups.add(Group.objects.get(name="operators"))
     client.force_login(user)
     return user
-
-
-def sandbox_refunds(sandbox, payment_id: str) -> list[dict]:
-    response = httpx.get(f"{sandbox.url}/razorpay/sandbox/refunds",
-                         params={"payment_id": payment_id}, timeout=10)
-    response.raise_for_status()
-    return response.json()["refunds"]
 
 
 def row(transaction_id: str) -> DepositRefund:

@@ -32,17 +32,15 @@ from common.console import OperationRefused
 from ledger import chart
 from ledger import services as ledger
 from ledger.models import Entry
-from payouts.models import WithdrawalPayout
 from sagas.models import ReviewItem
 from tests.flows import (
     Wallet,
     paid_deposit,
-    pay_and_wait_for_ap,
     settle,
-    start_withdrawal,
     sync_groups,
     wait_for,
 )
+from tests.recon import paid_withdrawal
 from treasury import operations, report
 from treasury.models import Break, BreakEvent, ReconRun
 from treasury.reconcile import open_distribution, open_razorpayx, reconcile
@@ -93,14 +91,6 @@ def razorpay_recon() -> list:
     """Every settlement recon row of today and yesterday (Asia/Kolkata)."""
     today = datetime.now(tz=ZoneInfo("Asia/Kolkata")).date()
     return [*rzp.settlement_recon(today - timedelta(days=1)), *rzp.settlement_recon(today)]
-
-
-def paid_withdrawal(sandbox) -> WithdrawalPayout:
-    wallet, transaction_id, pay = start_withdrawal(sandbox)
-    pay_and_wait_for_ap(wallet, pay)
-    payout = settle(transaction_id)
-    assert payout.status == "completed"
-    return payout
 
 
 # --- Razorpay settlements -----------------------------------------------------------------

@@ -18,7 +18,6 @@ from decimal import Decimal
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import User
 from django.utils import timezone
 
 from anchor import razorpay as rzp
@@ -41,7 +40,15 @@ from tests.flows import (
     vpa_fund_account,
     wait_for,
 )
-from tests.recon import balance_breaks, compared, entry_lines, mine, unexplained
+from tests.recon import (
+    balance_breaks,
+    compared,
+    entry_lines,
+    mine,
+    paid_withdrawal,
+    superuser,
+    unexplained,
+)
 from tests.sandbox.razorpayx_calls import create_payout, get_payout, status_of
 from treasury import operations as treasury_ops
 from treasury.models import Break
@@ -60,17 +67,6 @@ def recon(settings, clean_sandbox):
     open_distribution()
     return clean_sandbox
 
-
-def operator() -> User:
-    return User.objects.create_superuser("rules-ops", "rules@example.com", "pw")
-
-
-def paid_withdrawal(sandbox) -> WithdrawalPayout:
-    wallet, transaction_id, pay = start_withdrawal(sandbox)
-    pay_and_wait_for_ap(wallet, pay)
-    payout = settle(transaction_id)
-    assert payout.status == "completed"
-    return payout
 
 
 def charged(payout: WithdrawalPayout) -> Decimal:
@@ -130,7 +126,7 @@ def test_a_receipt_no_withdrawal_counted_goes_through_owed_receipts_when_sent_ba
                        StellarReceipt.objects.filter(tx_hash=tx_hash).first(),
                        timeout=10, what="the receipt scanned")
 
-    refund = payout_ops.receipt_refund_on_chain(receipt_id=receipt.pk, operator=operator(),
+    refund = payout_ops.receipt_refund_on_chain(receipt_id=receipt.pk, operator=superuser(),
                                                 note="ticket OPS-42: unknown memo")
 
     assert refund.status == "completed"
@@ -184,7 +180,7 @@ def test_a_row_break_an_operator_explained_explains_the_balance_no_more(recon):
     payout, _ = create_payout(recon, vpa_fund_account(recon), amount=30000)
     reconcile()
     found = Break.objects.get(reference=payout["id"])
-    treasury_ops.break_explain(break_id=found.pk, operator=operator(),
+    treasury_ops.break_explain(break_id=found.pk, operator=superuser(),
                                amount=str(found.difference),
                                note="ticket OPS-7: paid from the dashboard by hand")
 
@@ -259,7 +255,7 @@ def test_a_payment_the_books_made_from_razorpayx_that_it_never_debited_is_a_posi
     before = reconcile()
     assert mine(payout.provider_payout_id, f"reversal:{payout.provider_payout_id}") == []
 
-    payout_ops.payout_confirm_paid(payout_id=payout.pk, utr=new_utr(), operator=operator(),
+    payout_ops.payout_confirm_paid(payout_id=payout.pk, utr=new_utr(), operator=superuser(),
                                    note=NOTE)
     run = reconcile()
 

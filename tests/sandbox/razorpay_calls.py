@@ -188,3 +188,9 @@ def orders_with_receipt(sandbox, value: str) -> int:
 # --- orders API ------------------------------------------------------------------------
 
 
+def sandbox_refunds(sandbox, payment_id: str) -> list[dict]:
+    """Every refund the sandbox's Razorpay holds for ``payment_id`` (its own view)."""
+    response = httpx.get(f"{sandbox.url}/razorpay/sandbox/refunds",
+                         params={"payment_id": payment_id}, timeout=10)
+    response.raise_for_status()
+    return response.json()["refunds"]
