@@ -156,6 +156,7 @@ def _withdrawal_drive(claim: submissions.Claim, amount_in: Decimal | None,
             ap_tx = _request_onchain_funds(request)
         elif request is None or not _funds_requested(ap_tx):
             raise WithdrawalStateError(f"This withdrawal is already {ap_tx['status']}.")
+        _require_pay_instructions(ap_tx)
     except (WithdrawalStateError, ProviderError, _NothingToResume) as exc:
         submissions.release(claim, error=str(exc), forget=True)
         raise
@@ -173,6 +174,19 @@ def _withdrawal_drive(claim: submissions.Claim, amount_in: Decimal | None,
     submissions.finish(claim, also=mark_requested)
     request.refresh_from_db()
     return request
+
+
+def _require_pay_instructions(ap_tx: dict) -> None:
+    """A transaction past ``incomplete`` that carries no ``memo`` or
+    ``destination_account`` is not one AP's ``request_onchain_funds`` made (it sets both,
+    NOTES §1.5): a stale or lagging read after a -32603 that was never applied (chaos
+    seed 7). A pay page built from it would ask for USDC with no memo, which no one
+    could match to this withdrawal. Raises PlatformError (the claim is released; the
+    customer's retry, or the sweeper, asks AP again)."""
+    if not ap_tx.get("memo") or not ap_tx.get("destination_account"):
+        raise platform.PlatformError(
+            f"AP shows {ap_tx.get('status')} without the memo and account that "
+            "request_onchain_funds sets: not taken as funds requested")
 
 
 def _register(claim: submissions.Claim, ap_tx: dict, amount_in: Decimal,

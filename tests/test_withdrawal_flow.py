@@ -290,6 +290,59 @@ def test_a_memo_id_above_2_63_round_trips(sbx):
     assert_payout_once(sbx, transaction_id)
 
 
+def test_a_funds_request_read_back_without_a_memo_shows_no_pay_page(sbx, monkeypatch):
+    """Chaos seed 7 (stop 22's CI): ``request_onchain_funds`` answered -32603 before
+    touching the transaction, and the re-read that decides "did it land?" showed a stale
+    ``pending_anchor``, with no memo: Corridor took it as funds requested and showed a
+    pay page with an empty memo (the wallet could not pay it; AP stayed ``incomplete``).
+    Now the customer gets a retry page, and the retry makes the real request."""
+    from anchor import platform
+
+    real_rpc = platform.rpc
+    armed = []
+
+    def rpc(method, params):
+        if method == "request_onchain_funds" and not armed:
+            armed.append(method)
+            sbx.fault("ap.rpc_32603", times=1, methods=["request_onchain_funds"])
+            sbx.fault("ap.stale_status", times=1, transaction_ids=[params["transaction_id"]])
+        return real_rpc(method, params)
+
+    monkeypatch.setattr(platform, "rpc", rpc)
+    wallet = Wallet(sbx)
+    wallet.fund_usdc("100")
+    transaction_id, url = wallet.start_withdrawal()
+    customer = Customer(sbx)
+    opened = customer.open(url)
+    form_url = str(opened.url.join(opened.headers["location"]))
+    fields = {"amount": "10", "name": "Asha Verma", "method": "bank_account",
+              "account_number": "50100123456789", "ifsc": "HDFC0001234"}
+    quote = customer.http.post(form_url, data={**fields,
+                                               **customer._csrf(customer.http.get(form_url))})
+    confirm = {**fields, "confirm": "yes", **customer._csrf(quote)}
+
+    first = customer.http.post(form_url, data=confirm)
+
+    assert armed, "the faults were never switched on"
+    assert first.status_code == 503 and 'class="memo"' not in first.text, \
+        (first.status_code, first.text[:600])
+    request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
+    assert request.funds_requested_at is None and request.memo == ""
+    assert ap(transaction_id)["status"] == "incomplete"
+
+    again = customer.http.post(form_url, data=confirm)
+
+    assert again.status_code == 200, again.text[:600]
+    request.refresh_from_db()
+    tx = ap(transaction_id)
+    assert tx["status"] == "pending_user_transfer_start" and tx["memo"]
+    assert request.memo == tx["memo"] and request.funds_requested_at is not None
+    assert f'<code class="memo">{tx["memo"]}</code>' in again.text
+    pay_and_wait_for_ap(wallet, {"destination": request.destination, "memo": request.memo})
+    settle(transaction_id)
+    assert_payout_once(sbx, transaction_id)
+
+
 def test_a_wallet_paying_from_a_muxed_address(sbx):
     wallet = Wallet(sbx)
     wallet.fund_usdc("100")
