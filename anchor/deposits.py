@@ -184,8 +184,11 @@ _NOT_REQUESTED = {"incomplete", "expired", "error", "no_market", "too_small", "t
 
 def _funds_requested(tx: dict) -> bool:
     """AP took request_offchain_funds and the deposit is live: it left ``incomplete``
-    for pending_user_transfer_start or later (NOTES §1.6)."""
-    return tx.get("status") not in _NOT_REQUESTED
+    for pending_user_transfer_start or later (NOTES §1.6) and carries the ``amount_in``
+    the call sets. A status past ``incomplete`` with no amount is a stale or lagging read
+    after a call that was never applied (chaos seed 7's withdrawal twin), not proof."""
+    return tx.get("status") not in _NOT_REQUESTED and bool(
+        (tx.get("amount_in") or {}).get("amount"))
 
 
 def _request_offchain_funds(order: DepositOrder) -> None:

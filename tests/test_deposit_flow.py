@@ -394,6 +394,47 @@ def test_a_replayed_interactive_link_after_submission_sends_no_second_request(
     assert calls == []
 
 
+def test_a_funds_request_read_back_without_amounts_opens_no_checkout(clean_sandbox,
+                                                                    monkeypatch):
+    """The deposit twin of chaos seed 7's withdrawal: ``request_offchain_funds`` answers
+    -32603 before touching the transaction and the re-read shows a stale
+    ``pending_anchor`` with no amounts. That is not AP taking the request: no checkout
+    for a deposit AP still holds ``incomplete``; the customer's retry asks AP again."""
+    real_rpc = platform.rpc
+    armed = []
+
+    def rpc(method, params):
+        if method == "request_offchain_funds" and not armed:
+            armed.append(method)
+            clean_sandbox.fault("ap.rpc_32603", times=1, methods=["request_offchain_funds"])
+            clean_sandbox.fault("ap.stale_status", times=1,
+                                transaction_ids=[params["transaction_id"]])
+        return real_rpc(method, params)
+
+    monkeypatch.setattr(platform, "rpc", rpc)
+    transaction_id, url = Wallet(clean_sandbox).start_deposit()
+    customer = Customer(clean_sandbox)
+    opened = customer.open(url)
+    form_url = str(opened.url.join(opened.headers["location"]))
+    quote = customer.http.post(form_url, data={
+        "amount": "1000", **customer._csrf(customer.http.get(form_url))})
+    confirm = {"amount": "1000", "confirm": "yes", **customer._csrf(quote)}
+
+    first = customer.http.post(form_url, data=confirm)
+
+    assert armed, "the faults were never switched on"
+    assert first.status_code == 503, (first.status_code, first.text[:600])
+    assert DepositOrder.objects.get(transaction_id=transaction_id).funds_requested_at is None
+    assert ap(transaction_id)["status"] == "incomplete"
+
+    again = customer.http.post(form_url, data=confirm)
+
+    assert again.status_code == 302 and "/checkout/" in again.headers["location"], \
+        again.text[:600]
+    assert ap(transaction_id)["status"] == "pending_user_transfer_start"
+    assert DepositOrder.objects.get(transaction_id=transaction_id).funds_requested_at
+
+
 def test_a_contract_destination_goes_to_manual_review_unpaid(clean_sandbox):
     from stellar_sdk import StrKey
 
