@@ -167,13 +167,16 @@ def withdrawal_process(*, ap_tx: dict) -> str:
             if current.status in (WithdrawalRequest.Status.MANUAL_REVIEW,
                                   WithdrawalRequest.Status.EXPIRED):
                 return "manual_review"  # a person took it (review, refund) since the read
-            WithdrawalRequest.objects.filter(pk=request.pk).update(
-                status=WithdrawalRequest.Status.FUNDS_VERIFIED,
-                received_amount=verdict.received, chain_evidence=verdict.evidence,
-                review_reason=verdict.reason)
             if current.status != WithdrawalRequest.Status.FUNDS_VERIFIED:
-                # rule 3, once, with the first verification (a later pass that sees more
-                # USDC changes the row, not the entry: the excess is a receipt's refund)
+                # Rule 3, once, with the first verification; the row keeps what it
+                # booked. A later pass that sees more USDC (a second payment before the
+                # payout exists) changes neither: the reconciliation and a receipt's
+                # refund read chain_evidence as "booked by rule 3" (chaos seed 7), and
+                # the extra receipt is raised and sent back as one nobody booked.
+                WithdrawalRequest.objects.filter(pk=request.pk).update(
+                    status=WithdrawalRequest.Status.FUNDS_VERIFIED,
+                    received_amount=verdict.received, chain_evidence=verdict.evidence,
+                    review_reason=verdict.reason)
                 books.received(request, verdict.received)
         payout = guard.payout_run(request=request)
         if payout is not None:

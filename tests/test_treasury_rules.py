@@ -28,7 +28,7 @@ from ledger.models import Entry
 from payouts import operations as payout_ops
 from payouts import poller, receipts
 from payouts import statement as rzpx
-from payouts.models import StellarReceipt, WithdrawalPayout
+from payouts.models import StellarReceipt, WithdrawalPayout, WithdrawalRequest
 from tests.flows import (
     NOTE,
     Wallet,
@@ -37,6 +37,8 @@ from tests.flows import (
     settle,
     start_and_pay,
     start_withdrawal,
+    unique_account_number,
+    validation_account,
     vpa_fund_account,
     wait_for,
 )
@@ -137,6 +139,56 @@ def test_a_receipt_no_withdrawal_counted_goes_through_owed_receipts_when_sent_ba
     assert Entry.objects.get(idempotency_key=f"refund:{refund.pk}").reference == \
         f"receipt:{receipt.pk}"
     assert ledger.balance(account=chart.OWED_RECEIPTS, currency=USDC) == 0
+    assert ledger.trial_balance().ok
+
+
+def test_a_second_payment_after_the_verification_stays_out_of_the_books_until_sent_back(
+        recon):
+    """Chaos seed 7 (a CI run of stop 23): the customer paid twice under one memo, the
+    second payment after the verification and before the payout existed (here the bank's
+    validation of the beneficiary is pending). The poller's later pass rewrote the
+    request's ``chain_evidence`` and ``received_amount`` with both payments while rule 3
+    had booked the first only, so the reconciliation counted the second as booked: a
+    10 USDC ``balance_differs`` on the distribution account (and its refund would have
+    been booked against ``owed:withdrawal``). The verified row keeps what rule 3 booked."""
+    number = unique_account_number()
+    validation_account(recon, account_number=number, pending_s=8).raise_for_status()
+    wallet, transaction_id, pay = start_withdrawal(recon, account_number=number)
+    first = wallet.pay(destination=pay["destination"], amount="10", memo=pay["memo"])
+    wait_for(lambda: poller.poll_withdrawals().get("beneficiary_pending"), timeout=20,
+             what="verified, the payout waiting for the bank's validation")
+    key = "stellar:distribution USDC"
+    before = compared(reconcile(), key)["difference"]  # earlier tests' receipts: see recon
+
+    second = wallet.pay(destination=pay["destination"], amount="10", memo=pay["memo"])
+    wait_for(lambda: poller.poll_withdrawals() is not None and
+             StellarReceipt.objects.filter(tx_hash=second).exists(), what="second scanned")
+    poller.poll_withdrawals()  # a later pass over the verified request
+
+    request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
+    assert request.status == "funds_verified"
+    assert [e["tx_hash"] for e in request.chain_evidence] == [first]
+    assert request.received_amount == Decimal("10")
+    assert compared(reconcile(), key)["difference"] == before
+    assert not WithdrawalPayout.objects.filter(transaction_id=transaction_id).exists(), \
+        "the validation answered too early for this test's window"
+
+    wait_for(lambda: poller.poll_withdrawals() is not None and WithdrawalPayout.objects.filter(
+        transaction_id=transaction_id).exists(), timeout=20, interval=0.5,
+        what="the payout once the bank answered")
+    assert settle(transaction_id).status == "completed"
+    receipt = wait_for(lambda: poller.poll_withdrawals() is not None and
+                       StellarReceipt.objects.filter(tx_hash=second).exclude(
+                           review_reason="").first(), timeout=10, what="second raised")
+    refund = payout_ops.receipt_refund_on_chain(receipt_id=receipt.pk, operator=superuser(),
+                                                note="ticket OPS-43: paid twice")
+
+    assert refund.status == "completed"
+    assert entry_lines(f"refund:{refund.pk}") == {
+        (chart.OWED_RECEIPTS, USDC): Decimal("10"), (chart.DISTRIBUTION, USDC): Decimal("-10")}
+    assert chart.owed_amount(account=chart.owed("withdrawal"), currency=USDC,
+                             reference=transaction_id) == 0
+    assert compared(reconcile(), key)["difference"] == before
     assert ledger.trial_balance().ok
 
 
