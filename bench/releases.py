@@ -233,6 +233,7 @@ def _setup(sandbox, *, channels: int, deposits: int, wallets: int) -> list[str]:
     """N channels, wallets trusting USDC, ``deposits`` paid deposits in pending_anchor."""
     from anchor import channels as channel_service
     from anchor import deposits as deposit_service
+    from anchor import inbox
     from anchor.models import DepositPayment
     from corridor.celery import app
     from sandbox.drivers import Customer, Wallet
@@ -257,6 +258,7 @@ def _setup(sandbox, *, channels: int, deposits: int, wallets: int) -> list[str]:
     while DepositPayment.objects.filter(transaction_id__in=ids).count() < len(ids):
         if time.monotonic() > deadline:
             raise RuntimeError("payment webhooks did not all arrive")
+        inbox.drain()  # the web server stores webhooks; a worker applies them (none yet)
         time.sleep(0.5)
     app.control.purge()
     with ThreadPoolExecutor(6) as pool:
