@@ -122,6 +122,12 @@ def _deposit_drive(claim: submissions.Claim, amount_in: Decimal) -> DepositOrder
         if ap_tx is None or ap_tx.get("kind") != "deposit":
             raise DepositStateError("This deposit does not exist.")
         order = DepositOrder.objects.filter(transaction_id=transaction_id).first()
+        if order is not None and ap_tx["status"] not in _NOT_REQUESTED and \
+                not _funds_requested(ap_tx):
+            # Past incomplete without the amounts our call sets: a stale read, not a
+            # state to give up on (the claim is kept; a retry or the sweeper reads again).
+            raise platform.PlatformError(
+                f"AP shows {ap_tx['status']} without amount_in: a stale read")
         if ap_tx["status"] != "incomplete" and (order is None or not _funds_requested(ap_tx)):
             # An order stored by a crashed holder whose RPC AP applied is finished below.
             raise DepositStateError(f"This deposit is already {ap_tx['status']}.")

@@ -71,6 +71,28 @@ def rejected_first(monkeypatch) -> None:
     monkeypatch.setattr(AnchorFund, "_check_not_rejected", staticmethod(after_the_rejection))
 
 
+def unapplied_then_stale(monkeypatch, sandbox, method: str) -> list[str]:
+    """The first ``method`` RPC of the live server (in this process) answers -32603
+    before touching the transaction (``ap.rpc_32603``), and the next read of that
+    transaction shows a stale ``pending_anchor`` (``ap.stale_status``): both switched on
+    at the moment of the call. Returns a list that holds ``method`` once they were."""
+    from anchor import platform
+
+    real_rpc = platform.rpc
+    armed: list[str] = []
+
+    def rpc(name, params):
+        if name == method and not armed:
+            armed.append(name)
+            sandbox.fault("ap.rpc_32603", times=1, methods=[method])
+            sandbox.fault("ap.stale_status", times=1,
+                          transaction_ids=[params["transaction_id"]])
+        return real_rpc(name, params)
+
+    monkeypatch.setattr(platform, "rpc", rpc)
+    return armed
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """Environment for a Corridor process that must see what the test process sees:
     the test database, the sandbox URLs and the fast timings."""

@@ -28,6 +28,7 @@ from tests.flows import (
     run_manage,
     settle,
     start_and_pay,
+    unapplied_then_stale,
     wait_for,
 )
 from tests.inbound import applied_outcome
@@ -400,18 +401,7 @@ def test_a_funds_request_read_back_without_amounts_opens_no_checkout(clean_sandb
     -32603 before touching the transaction and the re-read shows a stale
     ``pending_anchor`` with no amounts. That is not AP taking the request: no checkout
     for a deposit AP still holds ``incomplete``; the customer's retry asks AP again."""
-    real_rpc = platform.rpc
-    armed = []
-
-    def rpc(method, params):
-        if method == "request_offchain_funds" and not armed:
-            armed.append(method)
-            clean_sandbox.fault("ap.rpc_32603", times=1, methods=["request_offchain_funds"])
-            clean_sandbox.fault("ap.stale_status", times=1,
-                                transaction_ids=[params["transaction_id"]])
-        return real_rpc(method, params)
-
-    monkeypatch.setattr(platform, "rpc", rpc)
+    armed = unapplied_then_stale(monkeypatch, clean_sandbox, "request_offchain_funds")
     transaction_id, url = Wallet(clean_sandbox).start_deposit()
     customer = Customer(clean_sandbox)
     opened = customer.open(url)
@@ -426,6 +416,11 @@ def test_a_funds_request_read_back_without_amounts_opens_no_checkout(clean_sandb
     assert first.status_code == 503, (first.status_code, first.text[:600])
     assert DepositOrder.objects.get(transaction_id=transaction_id).funds_requested_at is None
     assert ap(transaction_id)["status"] == "incomplete"
+    # The retry's first read is stale too: still "try again", not "already pending_anchor"
+    # (which would forget the stored order's submission).
+    clean_sandbox.fault("ap.stale_status", times=1, transaction_ids=[transaction_id])
+    stale = customer.http.post(form_url, data=confirm)
+    assert stale.status_code == 503, (stale.status_code, stale.text[:600])
 
     again = customer.http.post(form_url, data=confirm)
 

@@ -27,6 +27,7 @@ from tests.flows import (
     sandbox_payouts,
     settle,
     start_withdrawal,
+    unapplied_then_stale,
     wait_for,
 )
 
@@ -296,19 +297,7 @@ def test_a_funds_request_read_back_without_a_memo_shows_no_pay_page(sbx, monkeyp
     ``pending_anchor``, with no memo: Corridor took it as funds requested and showed a
     pay page with an empty memo (the wallet could not pay it; AP stayed ``incomplete``).
     Now the customer gets a retry page, and the retry makes the real request."""
-    from anchor import platform
-
-    real_rpc = platform.rpc
-    armed = []
-
-    def rpc(method, params):
-        if method == "request_onchain_funds" and not armed:
-            armed.append(method)
-            sbx.fault("ap.rpc_32603", times=1, methods=["request_onchain_funds"])
-            sbx.fault("ap.stale_status", times=1, transaction_ids=[params["transaction_id"]])
-        return real_rpc(method, params)
-
-    monkeypatch.setattr(platform, "rpc", rpc)
+    armed = unapplied_then_stale(monkeypatch, sbx, "request_onchain_funds")
     wallet = Wallet(sbx)
     wallet.fund_usdc("100")
     transaction_id, url = wallet.start_withdrawal()
