@@ -1117,8 +1117,9 @@ def ap_transaction_expire_preview(*, transaction_id: str) -> Preview:
     preview.will = [
         "Tell AP notify_transaction_expired (AP -> expired, final): the customer must "
         "start again. No money moves: none has arrived.",
-        "Mark our deposit order expired if there is one, and write one "
-        "ap_transaction_events row with your name and note, in one transaction.",
+        "Mark our deposit order or withdrawal request expired if there is one (USDC "
+        "arriving later is raised for a refund), and write one ap_transaction_events row "
+        "with your name and note, in one transaction.",
     ]
     return preview
 
@@ -1126,9 +1127,9 @@ def ap_transaction_expire_preview(*, transaction_id: str) -> Preview:
 def ap_transaction_expire(*, transaction_id: str, operator, note: str) -> ApTransactionEvent:
     """Expire an AP transaction (deposit or withdrawal) while no funds have arrived:
     AP ``notify_transaction_expired`` with a message (required for ``expired``, NOTES
-    §1.4), then one commit: our deposit order ``expired`` (if any) and the
-    ``ap_transaction_events`` row. AP's -32600 (funds received, or closed) is a refusal:
-    nothing is written. Moves no money. Raises OperationRefused."""
+    §1.4), then one commit: our deposit order or withdrawal request ``expired`` (if
+    any) and the ``ap_transaction_events`` row. AP's -32600 (funds received, or
+    closed) is a refusal: nothing is written. Moves no money. Raises OperationRefused."""
     require_permission(operator, "anchor.expire_ap_transaction")
     note = clean_note(note)
     transaction_id = (transaction_id or "").strip()
@@ -1145,7 +1146,16 @@ def ap_transaction_expire(*, transaction_id: str, operator, note: str) -> ApTran
         orders = DepositOrder.objects.filter(
             transaction_id=transaction_id, status=DepositOrder.Status.AWAITING_PAYMENT
         ).update(status=DepositOrder.Status.EXPIRED, updated_at=timezone.now())
+        # Our withdrawal request ends with AP: USDC that arrives under its memo after
+        # this (or that a lagging Horizon hid from the check) is raised for a refund by
+        # the receipt classifier; left ``awaiting_funds`` it owned those receipts for
+        # ever, while the poller never lists an expired AP transaction again.
+        requests = WithdrawalRequest.objects.filter(
+            transaction_id=transaction_id, status=R.AWAITING_FUNDS
+        ).update(status=R.EXPIRED, updated_at=timezone.now(),
+                 review_reason=f"expired in AP by {operator_name(operator)}"[:2000])
         return ApTransactionEvent.objects.create(
             transaction_id=transaction_id, kind=check.ap_tx.get("kind") or "",
             event="ap.expired", operator=operator_name(operator), note=note,
-            detail={**check.evidence, "orders_expired": orders})
+            detail={**check.evidence, "orders_expired": orders,
+                    "requests_expired": requests})

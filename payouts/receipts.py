@@ -241,7 +241,7 @@ def _classify(receipt: StellarReceipt) -> str:
     request = requests[0]
     if request.status == WithdrawalRequest.Status.EXPIRED:
         return _raise(receipt, f"arrived after transaction {request.transaction_id} "
-                               "expired (its firm quote ran out): refund it")
+                               f"expired ({request.review_reason or 'expired'}): refund it")
     if WithdrawalRefund.objects.filter(request=request).exists():
         return _raise(receipt, f"arrived after withdrawal {request.transaction_id} was "
                                "refunded")

@@ -376,6 +376,46 @@ def test_a_memo_shared_by_two_withdrawals_is_raised_and_refunded_once(sbx, fast,
     assert stranded_counts() == ZERO
 
 
+def test_usdc_a_lagging_horizon_hid_from_an_operators_expiry_is_raised(sbx, fast, operator):
+    """Found by the stale-read attacker: the operator's "expire" of a withdrawal proves
+    "no funds arrived" with one Horizon history read, which lags behind the ledger
+    (``horizon.lookup_lag``; AP's observer missed the payment too, ``ap.observer_off``,
+    so AP still shows pending_user_transfer_start). The expiry went through with the
+    customer's 10 USDC already on our account. AP is ``expired`` (never listed by the
+    poller again) while our request stayed ``awaiting_funds``, which owns the receipts
+    under its memo (``awaits_payout``): the classifier waited on the USDC for ever, the
+    stranded count did not see it, and nobody paid or refunded it. The expiry marks
+    the request ``expired`` now, so the late receipt is raised for a refund."""
+    sbx.fault("ap.observer_off")  # AP's observer misses the payment (NOTES §4.4)
+    wallet, transaction_id, pay = start_withdrawal(sbx)
+    paid = wallet.pay(destination=pay["destination"], amount="10", memo=pay["memo"])
+    sbx.fault("horizon.lookup_lag", ledgers=100_000)  # history has not ingested it yet
+    assert platform.get_transaction(transaction_id)["status"] == "pending_user_transfer_start"
+
+    payout_ops.ap_transaction_expire(transaction_id=transaction_id, operator=operator,
+                                     note="ticket OPS-7: abandoned")
+    assert platform.get_transaction(transaction_id)["status"] == "expired"
+    assert not StellarReceipt.objects.filter(tx_hash=paid).exists()  # the read lagged
+
+    sbx.clear_faults()  # Horizon caught up
+    for _ in range(2):
+        classify(fast)
+    time.sleep(fast.STRANDED_RECEIPT_S + 0.1)
+
+    receipt = StellarReceipt.objects.get(tx_hash=paid)
+    assert receipt.settled_at is None
+    assert receipt.review_reason != "", "the late USDC is owned by nobody"
+    item = ReviewItem.objects.get(key=f"receipt:{receipt.pk}")
+    assert (item.amount, item.currency) == (Decimal("10"), "USDC")
+    assert transaction_id in item.reason
+    assert sandbox_payouts(sbx, transaction_id) == []  # never paid in INR
+    assert stranded_counts() == ZERO
+    refund = payout_ops.receipt_refund_on_chain(receipt_id=receipt.pk, operator=operator,
+                                                note="ticket OPS-7: refund")
+    assert refund.status == "completed"
+    assert refunds_to(wallet) == [(refund.tx_hash, "10.0000000")]
+
+
 def test_the_receipt_of_a_withdrawal_whose_payout_failed_is_not_stranded(sbx, fast):
     """Found by ``make chaos`` (seed 10): the payout failed at the bank, so the
     withdrawal's own flow (its payout, raised in the queue) still owns the USDC under
