@@ -544,14 +544,20 @@ def _complete(release: DepositRelease) -> DepositRelease:
         try:
             notify()
         except platform.RpcError as exc:
-            if exc.code == platform.INTERNAL_ERROR or not _trust_detour_undone(release):
+            if exc.code == platform.INTERNAL_ERROR:
                 raise
-            notify()
+            ap_tx = platform.get_transaction(release.transaction_id) or {}
+            if not reached(ap_tx):
+                if not _trust_detour_undone(release, ap_tx):
+                    raise
+                notify()
     except platform.RpcError as exc:
         if exc.code == platform.INTERNAL_ERROR:
             # AP's ledger client may not see a fresh hash yet (AP PR #1962): retry the
             # notify later, never the payment.
             _note(release, f"notify_onchain_funds_sent: {exc.code} {exc.message}")
+            return DepositRelease.objects.get(pk=release.pk)
+        if _refusal_contradicted(release):
             return DepositRelease.objects.get(pk=release.pk)
         _set_status(release, Status.MANUAL_REVIEW,
                     f"AP refused notify_onchain_funds_sent: {exc.code} {exc.message}")
@@ -562,14 +568,30 @@ def _complete(release: DepositRelease) -> DepositRelease:
     return release
 
 
-def _trust_detour_undone(release: DepositRelease) -> bool:
-    """AP refused ``notify_onchain_funds_sent`` for a payment that landed successfully:
-    if AP is in ``pending_trust``, a concurrent start of the same deposit read the
-    destination from a Horizon behind its trustline and called ``request_trust`` after
-    this release was claimed (found by ``make chaos``). The landed payment proves the
-    trustline, so ``notify_trust_set`` takes AP back to ``pending_anchor`` (AP 4.2+,
-    NOTES §1.5) and the notify can be sent. Returns whether it did."""
+def _refusal_contradicted(release: DepositRelease) -> bool:
+    """AP refused ``notify_onchain_funds_sent`` (-32600) for our landed payment, and a
+    read of the transaction now shows ``pending_anchor``, the status from which AP takes
+    that notify: the read lags behind AP (a lost answer to a notify AP applied, or a
+    ``request_trust`` behind it; found by the stale-read attacker), not proof that AP
+    refuses it for good. The release stays ``submitted`` with the reason; the
+    reconciler asks AP again (``corridor.stranded`` counts it if that never ends).
+    Returns whether it was so."""
     ap_tx = platform.get_transaction(release.transaction_id) or {}
+    if ap_tx.get("status") != "pending_anchor":
+        return False
+    _note(release, "notify_onchain_funds_sent refused (-32600) while AP reads "
+                   "pending_anchor: a stale read; asked again later")
+    return True
+
+
+def _trust_detour_undone(release: DepositRelease, ap_tx: dict) -> bool:
+    """AP refused ``notify_onchain_funds_sent`` for a payment that landed successfully:
+    if AP (``ap_tx``, read after the refusal) is in ``pending_trust``, a concurrent start
+    of the same deposit read the destination from a Horizon behind its trustline and
+    called ``request_trust`` after this release was claimed (found by ``make chaos``).
+    The landed payment proves the trustline, so ``notify_trust_set`` takes AP back to
+    ``pending_anchor`` (AP 4.2+, NOTES §1.5) and the notify can be sent. Returns whether
+    it did."""
     if ap_tx.get("status") != "pending_trust":
         return False
     notify_trust_set(release.transaction_id)

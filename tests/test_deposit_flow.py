@@ -229,6 +229,44 @@ def test_destination_without_a_trustline_waits_for_it(clean_sandbox):
     assert_released_once(wallet, transaction_id)
 
 
+@pytest.mark.parametrize("stale_reads", [1, 3])
+def test_a_stale_read_after_a_lost_notify_answer_is_not_ap_refusing_it(clean_sandbox,
+                                                                       monkeypatch,
+                                                                       stale_reads):
+    """Found by the stale-read attacker: AP applied ``notify_onchain_funds_sent`` but its
+    answer was lost (a timeout); the reconciler's repeat got -32600 (AP is completed),
+    and the re-read lagged behind AP (``ap.stale_status``: the pre-notify
+    ``pending_anchor``). Corridor took that one read as AP refusing the notify for good
+    and sent the paid, completed deposit to manual_review (a refusal AP would never
+    give from the status it showed). A -32600 that the read contradicts is a stale
+    read: the notify is asked again later, as after -32603, and the release completes."""
+    wallet = Wallet(clean_sandbox)
+    transaction_id = paid_deposit(clean_sandbox, wallet)
+    real_rpc = platform.rpc
+    lost: list[str] = []
+
+    def rpc(method, params):
+        result = real_rpc(method, params)
+        if method == "notify_onchain_funds_sent" and not lost:
+            lost.append(method)
+            raise platform.PlatformError(f"{method}: ReadTimeout: the answer was lost")
+        return result
+
+    monkeypatch.setattr(platform, "rpc", rpc)
+    first = releases.release_start(transaction_id=transaction_id)
+    assert first.status == "submitted" and "answer was lost" in first.last_error
+    assert ap(transaction_id)["status"] == "completed"  # AP applied it
+
+    clean_sandbox.fault("ap.stale_status", times=stale_reads, transaction_ids=[transaction_id])
+    again = releases.release_drive(release_id=first.pk, redrive=True)
+
+    assert again.status != "manual_review", again.last_error
+    if stale_reads > 1:  # every read of this drive lagged: asked again later
+        assert again.status == "submitted" and "stale read" in again.last_error
+    assert settle(transaction_id).status == "completed"
+    assert_released_once(wallet, transaction_id)
+
+
 def test_a_concurrent_start_that_read_a_lagging_horizon_does_not_strand_the_release(
         clean_sandbox):
     """Found by ``make chaos`` (seed 8, under load): two starts of one deposit (the
