@@ -212,10 +212,22 @@ def _notify(refund: WithdrawalRefund) -> WithdrawalRefund:
                                                  "asset": asset},
                        "amount_fee": {"amount": "0", "asset": asset}}}, reached=reached)
     except platform.RpcError as exc:
+        if exc.code == platform.INTERNAL_ERROR:
+            return _ap_busy(refund, exc)
         _set(refund, F.MANUAL_REVIEW,
              f"the USDC is back on chain but AP refused notify_refund_sent: {exc}")
         return WithdrawalRefund.objects.get(pk=refund.pk)
     WithdrawalRefund.transition(refund.pk, F.SUBMITTED, F.COMPLETED, last_error="")
+    return WithdrawalRefund.objects.get(pk=refund.pk)
+
+
+def _ap_busy(refund: WithdrawalRefund, exc: platform.RpcError) -> WithdrawalRefund:
+    """AP answered -32603 (its optimistic lock, "modified by another request", NOTES
+    §1.6: re-read and retry; or a failing database): not a refusal. The refund stays
+    ``submitted`` with the reason and the sweep tells AP again (each drive re-reads
+    AP first); read as a refusal, it went to manual_review, where nothing drives it,
+    with AP left in pending_anchor for a refund already on chain."""
+    _note(refund, f"AP not told yet: {exc}")
     return WithdrawalRefund.objects.get(pk=refund.pk)
 
 
@@ -298,6 +310,8 @@ def _notify_receive(refund: WithdrawalRefund) -> WithdrawalRefund:
             "refund": {"id": tx_hash, "amount": {"amount": _amount_text(due), "asset": asset},
                        "amount_fee": {"amount": "0", "asset": fee_asset}}}, reached=reached)
     except platform.RpcError as exc:
+        if exc.code == platform.INTERNAL_ERROR:
+            return _ap_busy(refund, exc)
         _set(refund, F.MANUAL_REVIEW,
              f"the USDC is back on chain but AP refused to record the refund: {exc}")
         return WithdrawalRefund.objects.get(pk=refund.pk)

@@ -334,6 +334,31 @@ def test_the_refund_sweep_finishes_a_refund_stuck_after_a_504(sbx, settings):
             settings.REFUND_SWEEP_PERIOD_S) in periodic_tasks()
 
 
+def test_ap_32603_on_the_refund_notify_is_asked_again_not_sent_to_review(sbx, settings):
+    """Found by the stale-read attacker: AP's -32603 ("modified by another request", its
+    optimistic lock, NOTES §1.6: re-read and retry) on ``notify_refund_sent`` was taken
+    as AP refusing the refund for good: the refund went to manual_review with the USDC
+    back on chain, AP stayed ``pending_anchor`` for ever (the wallet shows the
+    withdrawal still in progress) and no console action drives a refund in review. Now
+    the refund stays ``submitted`` and the sweep tells AP again."""
+    from payouts import tasks
+
+    wallet, request = _short_withdrawal(sbx, settings)
+    sbx.fault("ap.rpc_32603", times=1, methods=["notify_refund_sent"])
+    first = payout_ops.withdrawal_refund_on_chain(request_id=request.pk,
+                                                  operator=_operator(), note=NOTE)
+    assert [p["transaction_hash"] for p in _refunds_on_chain(wallet)] == [first.tx_hash]
+    assert first.status == "submitted", first.last_error
+    assert "-32603" in first.last_error
+
+    time.sleep(settings.REFUND_SWEEP_AGE_S + 0.1)
+    assert tasks.sweep_refunds() == {"completed": 1}
+    tx = platform.get_transaction(request.transaction_id)
+    assert tx["status"] == "refunded"
+    assert [p["id"] for p in tx["refunds"]["payments"]] == [first.tx_hash]
+    assert len(_refunds_on_chain(wallet)) == 1
+
+
 # --- 3: the hub's sends (sagas/hub.py) ---------------------------------------------------
 
 @pytest.fixture
