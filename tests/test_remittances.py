@@ -356,6 +356,32 @@ def test_partner_never_pays_the_remittance_expires_with_nothing_to_undo(
     assert_hub_matches_chain(hub_chain)
 
 
+@pytest.mark.xfail(strict=True, reason="open (stale-read attacker): bridge.fill proves "
+                   "'not funded by fund_by' with one Horizon history read, which can lag")
+def test_a_payment_on_time_hidden_by_a_lagging_horizon_is_not_left_unbooked(
+        api, corridor_on_sandbox, settings, hub_chain):
+    """Found by the stale-read attacker, not fixed: the partner paid before ``fund_by``,
+    but Horizon's history lagged (``horizon.lookup_lag``) past the deadline, and
+    ``bridge.fill`` took its one read ("no payment under the reference") as proof that
+    the remittance was never funded: the saga compensated as expired, and the partner's
+    on-time USDC sits on the hub unbooked and unrefunded (the module's "late payment"
+    rule, applied to a payment that was not late; invariant 3 breaks: the hub's ledger
+    no longer matches the chain). A fix needs a proof that the history read covers a
+    ledger closed after ``fund_by`` (payments pages carry no Latest-Ledger), or an
+    automatic refund of what arrives under an expired remittance's reference."""
+    settings.REMITTANCE_FUNDING_DEADLINE_S = 1.5
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)  # on time: long before fund_by
+    corridor_on_sandbox.fault("horizon.lookup_lag", ledgers=100_000)
+
+    got = drive(remittance["id"], "driver", timeout=30.0).status
+    corridor_on_sandbox.clear_faults()  # Horizon caught up
+
+    assert got != S.COMPENSATED or kinds(remittance["id"]), \
+        "a funded remittance was expired as unfunded"
+    assert_hub_matches_chain(hub_chain)
+
+
 def test_a_payment_that_does_not_match_stops_for_review(api, corridor_on_sandbox, hub_chain):
     remittance = create(api)
     partner_pays(corridor_on_sandbox, remittance, amount="25.4")
