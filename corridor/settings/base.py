@@ -533,6 +533,10 @@ REMITTANCE_MAX_USDC = Decimal(env.str("REMITTANCE_MAX_USDC", default="10000"))
 # The partner must pay the hub within this long of the creation, or the remittance
 # expires (nothing to undo).
 REMITTANCE_FUNDING_DEADLINE_S = env.float("REMITTANCE_FUNDING_DEADLINE_S", default=3600.0)
+# Horizon's history can lag behind the ledger: "no payment under the reference" is taken
+# as "not funded by fund_by" only this long after fund_by (a payment read within it is
+# taken, as one read before fund_by is).
+REMITTANCE_FUNDING_GRACE_S = env.float("REMITTANCE_FUNDING_GRACE_S", default=120.0)
 # How long the anchor.fund compensation waits for the anchor's refund on chain before
 # it stops for a person.
 REMITTANCE_REFUND_DEADLINE_S = env.float("REMITTANCE_REFUND_DEADLINE_S", default=86400.0)

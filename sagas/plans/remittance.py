@@ -6,7 +6,8 @@ anchor to pay the beneficiary in INR.
 Legs, their bookings (USDC and INR; a positive amount debits an asset account) and
 their compensations::
 
-    0 bridge.fill    wait (Pending, funding deadline ``fund_by``) for the partner's
+    0 bridge.fill    wait (Pending, funding deadline ``fund_by`` plus
+                     REMITTANCE_FUNDING_GRACE_S for Horizon's lag) for the partner's
                      payment hub <- partner under the remittance reference (text memo)
                      bridge.fill     USDC  hub +X              partner:P -X
                      undo: refund the partner on chain (hub -> partner, same memo)
@@ -136,7 +137,11 @@ class BridgeFill(Leg):
         except stellar.HorizonUnavailable as exc:
             return Pending(settings.REMITTANCE_FUNDING_POLL_S, f"Horizon: {exc}")
         if not incoming:
-            if timezone.now() >= datetime.fromisoformat(inp["fund_by"]):
+            # One read that shows nothing is proof only past the grace: Horizon's history
+            # lags behind the ledger (found by the stale-read attacker: a payment made on
+            # time, hidden by a lagging read, was expired and left unbooked on the hub).
+            grace = timedelta(seconds=settings.REMITTANCE_FUNDING_GRACE_S)
+            if timezone.now() >= datetime.fromisoformat(inp["fund_by"]) + grace:
                 raise NonRetryableError(f"not funded by {inp['fund_by']}: expired")
             return Pending(settings.REMITTANCE_FUNDING_POLL_S,
                            "waiting for the partner's payment")
