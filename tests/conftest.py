@@ -6,6 +6,7 @@ Timing settings run at about a second here (DESIGN.md §7)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -24,11 +25,15 @@ ARTIFACTS = ROOT / "test-artifacts"
 # pytest-xdist worker gwN uses database 1 + N, so one worker's Celery never runs
 # another's tasks (against the other's test database). pytest-django gives each worker
 # its own test databases (suffix _gwN).
+# The database number is replaced whatever it is: the xdist controller imports this
+# file first (setting /1) and its workers inherit that environment, so a test on "/0"
+# alone left every worker on /1 (found in stop 24: one worker's Celery ran the other's
+# release tasks against its own test database, "no captured payment recorded").
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
-_broker = os.environ.get("CELERY_BROKER_URL", "")
-if _broker.endswith("/0"):
+_broker = re.match(r"^(redis://.+)/(\d+)$", os.environ.get("CELERY_BROKER_URL", ""))
+if _broker:
     _index = int(XDIST_WORKER[2:]) if XDIST_WORKER.startswith("gw") else 0
-    os.environ["CELERY_BROKER_URL"] = f"{_broker[:-2]}/{1 + _index}"
+    os.environ["CELERY_BROKER_URL"] = f"{_broker.group(1)}/{1 + _index}"
 
 FAST_TIMINGS = {
     "RECONCILER_PERIOD_S": 1.0,
