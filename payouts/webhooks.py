@@ -86,7 +86,8 @@ def _check_payout_event(event: dict) -> None:
 
 class ProviderUnreachable(Exception):
     """RazorpayX could not be asked about the payout a webhook names: nothing was
-    applied; answer 5xx so the event comes again."""
+    applied; the drain rolls the apply back and the stored row waits for a later drain
+    (the webhook was answered when it was stored)."""
 
 
 def payout_webhook_apply_stored(event: dict) -> str:
