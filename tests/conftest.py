@@ -6,7 +6,6 @@ Timing settings run at about a second here (DESIGN.md §7)."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -21,19 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT.parent / "shared" / "reference"
 ARTIFACTS = ROOT / "test-artifacts"
 
-# Tests use Redis database 1 so a `make run` on the same machine keeps db 0; under
-# pytest-xdist worker gwN uses database 1 + N, so one worker's Celery never runs
-# another's tasks (against the other's test database). pytest-django gives each worker
-# its own test databases (suffix _gwN).
-# The database number is replaced whatever it is: the xdist controller imports this
-# file first (setting /1) and its workers inherit that environment, so a test on "/0"
-# alone left every worker on /1 (found in stop 24: one worker's Celery ran the other's
-# release tasks against its own test database, "no captured payment recorded").
+# Each xdist worker's Celery Redis database is set by tests/xdist_redis.py, a plugin
+# loaded before Django's settings are read; pytest_sessionstart below refuses to run a
+# worker whose settings and subprocess environment disagree.
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
-_broker = re.match(r"^(redis://.+)/(\d+)$", os.environ.get("CELERY_BROKER_URL", ""))
-if _broker:
-    _index = int(XDIST_WORKER[2:]) if XDIST_WORKER.startswith("gw") else 0
-    os.environ["CELERY_BROKER_URL"] = f"{_broker.group(1)}/{1 + _index}"
 
 FAST_TIMINGS = {
     "RECONCILER_PERIOD_S": 1.0,
@@ -260,6 +250,22 @@ def _flush_retries_a_deadlock():
     flush.Command.handle = handle
     yield
     flush.Command.handle = original
+
+
+def pytest_sessionstart(session):
+    """Stop before any test if this process's Celery broker is not its worker's own."""
+    from django.conf import settings
+
+    from tests.xdist_redis import broker_database_for
+
+    wanted = broker_database_for(XDIST_WORKER)
+    url = settings.CELERY_BROKER_URL
+    if url.startswith("redis://") and not (
+            url.endswith(f"/{wanted}") and os.environ.get("CELERY_BROKER_URL") == url):
+        raise pytest.UsageError(
+            f"worker {XDIST_WORKER or 'main'}: settings.CELERY_BROKER_URL={url}, environment "
+            f"{os.environ.get('CELERY_BROKER_URL')}, wanted database {wanted}: is "
+            "'-p tests.xdist_redis' in pytest's addopts?")
 
 
 def pytest_collection_modifyitems(session, config, items):
