@@ -19,7 +19,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.db import DataError
-from django.http import HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
@@ -243,9 +243,10 @@ def deposit(request, transaction_id: str):
                                status_url=_status_url(transaction_id))
         except (rzp.RazorpayError, platform.PlatformError, platform.RpcError) as exc:
             log.warning("deposit %s submit failed: %s", transaction_id, exc)
+            who = "payment provider" if isinstance(exc, rzp.RazorpayError) else "anchor"
             return sep24_error(request, "unavailable",
-                               "The payment provider is not reachable right now.", 503,
-                               retry_url=request.path)
+                               f"The {who} is not answering right now; you have not been charged.",
+                               503, retry_url=request.path)
         log.info("deposit order created", extra={"order_id": order.order_id,
                                                  "amount_in": str(order.amount_in)})
         if order.status != DepositOrder.Status.AWAITING_PAYMENT:
@@ -498,7 +499,7 @@ def ap_event(request):
     row for the operators, because AP redelivers a non-2xx forever and holds back every
     later event behind it (AP NOTES §3)."""
     if request.method != "POST":
-        return HttpResponseNotAllowed(["POST"])
+        return inbound.method_not_allowed("POST")
     if not callbacks.ap_request_authorized(request.headers):
         return _ap_event_outcome("unauthorized",
                                  JsonResponse({"error": "unauthorized"}, status=401))
@@ -531,7 +532,7 @@ def ap_customer(request):
     (AP passes both to the client); no valid callback token: 401. ``PUT`` takes JSON or
     multipart (files as AP sends them: every part ``application/octet-stream``)."""
     if request.method not in ("GET", "PUT"):
-        return HttpResponseNotAllowed(["GET", "PUT"])
+        return inbound.method_not_allowed("GET", "PUT")
     if not callbacks.ap_request_authorized(request.headers):
         return JsonResponse({"error": "unauthorized"}, status=401)
     try:
@@ -584,7 +585,7 @@ def ap_customer_delete(request, customer_id: str):
     the customer is deleted (its personal data erased, or sealed for the retention
     period: anchor/customers.py), 404 ``{"error": ...}`` for an unknown id."""
     if request.method != "DELETE":
-        return HttpResponseNotAllowed(["DELETE"])
+        return inbound.method_not_allowed("DELETE")
     if not callbacks.ap_request_authorized(request.headers):
         return JsonResponse({"error": "unauthorized"}, status=401)
     try:
@@ -611,7 +612,7 @@ def ap_rate(request):
     gives the text to the client); no valid callback token: 401; the rate source
     down: 503."""
     if request.method != "GET":
-        return HttpResponseNotAllowed(["GET"])
+        return inbound.method_not_allowed("GET")
     if not callbacks.ap_request_authorized(request.headers):
         return JsonResponse({"error": "unauthorized"}, status=401)
     try:
@@ -666,7 +667,7 @@ def razorpay_payments_webhook(request):
     stored. Signed but unusable (not strict JSON, a field longer than its column, a
     value out of range, no event id): 200 ``rejected`` (:func:`signed_event_rejected`)."""
     if request.method != "POST":
-        return HttpResponseNotAllowed(["POST"])
+        return inbound.method_not_allowed("POST")
     raw = inbound.read_body(request)
     if inbound.too_large(raw):
         return webhook_outcome("razorpay", "too_large", too_large_answer())

@@ -33,6 +33,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.db import connection, models
+from django.http import JsonResponse
 
 MAX_BODY_BYTES = 1_000_000
 MAX_DEPTH = 32
@@ -51,6 +52,15 @@ def _bad_float(text: str) -> float:
 
 def _bad_constant(name: str):
     raise InboundError(f"{name} is not JSON")
+
+
+def method_not_allowed(*allowed: str) -> JsonResponse:
+    """405 for an endpoint called with another method: JSON like every other answer of
+    the callback and webhook endpoints, with the ``Allow`` header (RFC 9110 §15.5.6)."""
+    response = JsonResponse({"error": f"method not allowed; use {', '.join(allowed)}"},
+                            status=405)
+    response["Allow"] = ", ".join(allowed)
+    return response
 
 
 def read_body(request, *, max_bytes: int = MAX_BODY_BYTES) -> bytes:

@@ -7,7 +7,7 @@ import logging
 from decimal import Decimal
 
 from django.conf import settings
-from django.http import HttpResponseNotAllowed, JsonResponse
+from django.http import JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
@@ -112,8 +112,9 @@ def withdraw(request, transaction_id: str):
                            status_url=_status_url(transaction_id))
     except (rzp.RazorpayError, platform.PlatformError, platform.RpcError) as exc:
         log.warning("withdrawal %s submit failed: %s", transaction_id, type(exc).__name__)
+        who = "payout provider" if isinstance(exc, rzp.RazorpayError) else "anchor"
         return sep24_error(request, "unavailable",
-                           "The payout provider is not reachable right now.", 503,
+                           f"The {who} is not answering right now; nothing has been paid yet.", 503,
                            retry_url=request.path)
     log.info("withdrawal submitted", extra={"amount_in": str(w.amount_in),
                                             "beneficiary_type": w.beneficiary_type})
@@ -175,7 +176,7 @@ def razorpayx_webhook(request):
     signature: 400, nothing stored; signed but never storable (corridor/inbound.py
     checks in ``check_payout_event``): 200 ``rejected``, for the operators."""
     if request.method != "POST":
-        return HttpResponseNotAllowed(["POST"])
+        return inbound.method_not_allowed("POST")
     raw = inbound.read_body(request)
     if inbound.too_large(raw):
         return webhook_outcome("razorpayx", "too_large", too_large_answer())

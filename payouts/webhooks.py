@@ -93,7 +93,9 @@ class ProviderUnreachable(Exception):
 def payout_webhook_apply_stored(event: dict) -> str:
     """The drain's apply of a stored payout webhook (anchor/inbox.py ``store``):
     :func:`payout_webhook_apply`; ProviderUnreachable leaves the row waiting for a
-    later drain (the poller settles the payout meanwhile in any case)."""
+    later drain (the poller settles the payout meanwhile in any case). Stored rows name
+    this function by its dotted path (``APPLY`` follow-up), so it stays as long as rows
+    written with that name may wait in ``inbound_events``."""
     return payout_webhook_apply(event=event)
 
 

@@ -459,6 +459,7 @@ def test_a_funds_request_read_back_without_amounts_opens_no_checkout(clean_sandb
     clean_sandbox.fault("ap.stale_status", times=1, transaction_ids=[transaction_id])
     stale = customer.http.post(form_url, data=confirm)
     assert stale.status_code == 503, (stale.status_code, stale.text[:600])
+    assert "The anchor is not answering right now" in stale.text, stale.text[:600]
 
     again = customer.http.post(form_url, data=confirm)
 

@@ -336,3 +336,22 @@ def test_nul_and_deep_nesting_in_payment_webhooks_are_rejected(client, settings)
     assert sorted(InboundEvent.objects.values_list("event_id", "outcome")) == [
         ("evt_0", "rejected"), ("evt_1", "rejected")]
     assert not DepositPayment.objects.exists()
+
+
+@pytest.mark.parametrize("method, path, allowed", [
+    ("get", "/callbacks/event", "POST"),
+    ("post", "/callbacks/customer", "GET, PUT"),
+    ("get", "/callbacks/customer/c-1", "DELETE"),
+    ("post", "/callbacks/rate", "GET"),
+    ("get", "/webhooks/razorpay/payments", "POST"),
+    ("put", "/webhooks/razorpay/payouts", "POST"),
+])
+@pytest.mark.django_db
+def test_another_method_is_a_json_405_naming_the_allowed_ones(client, method, path, allowed):
+    """The new-user trial's finding: the 405s of the callback and webhook endpoints were
+    empty HTML pages; every other answer there is JSON."""
+    response = getattr(client, method)(path)
+    assert response.status_code == 405
+    assert response["Allow"] == allowed
+    assert response.json() == {"error": f"method not allowed; use {allowed}"}
+    assert not InboundEvent.objects.exists()

@@ -315,6 +315,7 @@ def test_a_funds_request_read_back_without_a_memo_shows_no_pay_page(sbx, monkeyp
     assert armed, "the faults were never switched on"
     assert first.status_code == 503 and 'class="memo"' not in first.text, \
         (first.status_code, first.text[:600])
+    assert "The anchor is not answering right now" in first.text, first.text[:600]
     request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
     assert request.funds_requested_at is None and request.memo == ""
     assert ap(transaction_id)["status"] == "incomplete"
