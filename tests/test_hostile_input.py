@@ -36,6 +36,8 @@ from tests.conftest import reference_path
 from tests.factories import DepositOrderFactory
 from tests.inbound import applied_outcome
 
+pytestmark = pytest.mark.usefixtures("no_late_deliveries")
+
 SURROGATE = b'"\\ud800"'  # the JSON escape of a lone surrogate, as a sender writes it
 
 

@@ -12,6 +12,8 @@ from stellar_sdk import Keypair
 from anchor.models import DepositPayment, InboundEvent
 from tests.inbound import applied_outcome
 
+pytestmark = pytest.mark.usefixtures("no_late_deliveries")
+
 
 def _callback_headers(secret, **claims):
     token = jwt.encode({"iat": int(time.time()), "exp": int(time.time()) + 30, **claims},
