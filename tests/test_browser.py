@@ -293,3 +293,38 @@ def test_the_admin_login_page_is_styled_under_gunicorn(page, web):
     assert_no_failed_responses(page)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "admin-1-login.png"), full_page=True)
+
+
+def test_the_review_queue_fits_a_laptop_and_the_treasury_a_phone(page, web):
+    """static/corridor/admin.css under gunicorn and WhiteNoise: a saga in the review
+    queue with a 128-character reference and an error without spaces made the queue's
+    table 1619 px wide in its 717 px box on a 1366 px screen; the treasury page's floats
+    table made the whole page 1064 px wide on a phone."""
+    from django.contrib.auth.models import User
+
+    from sagas.models import Saga
+
+    User.objects.create_superuser("walker", password="Walk-the-pages-2026")
+    Saga.objects.create(kind="remittance", reference="remit-" + "7f3a9c" * 20,
+                        status="manual_review", input={"amount": "2500", "currency": "USDC"},
+                        error="anchor31 POST /sep31/transactions -> 422 "
+                              + '{"error":"receiver_rejected","detail":"' + "ab12" * 30 + '"}')
+    page.goto(f"{web.url}/admin/login/?next=/admin/sagas/reviewitem/")
+    page.get_by_label("Username").fill("walker")
+    page.get_by_label("Password").fill("Walk-the-pages-2026")
+    page.get_by_role("button", name="Log in").click()
+    page.set_viewport_size({"width": 1366, "height": 768})
+    expect(page.locator("#result_list tbody tr")).to_have_count(1)
+
+    box = page.evaluate("""() => { const r = document.querySelector('#changelist-form .results');
+        return [r.scrollWidth, r.clientWidth, document.documentElement.scrollWidth]; }""")
+    assert box[0] <= box[1] and box[2] <= 1366, box
+    assert_no_failed_responses(page)
+    page.screenshot(path=str(SHOTS / "admin-2-review-queue.png"), full_page=True)
+
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{web.url}/admin/treasury/reconrun/treasury/")
+    expect(page.locator("table.floats")).to_be_visible()
+    assert_fits_the_phone(page)
+    assert_no_failed_responses(page)
+    page.screenshot(path=str(SHOTS / "admin-3-treasury.png"), full_page=True)

@@ -19,6 +19,7 @@ from tests.conftest import ROOT
     ("/static/sep24/sep24.js", "text/javascript", b"sep24js"),
     ("/static/sep24/favicon.svg", "image/svg+xml", b"<svg"),
     ("/static/admin/css/base.css", "text/css", b"--body-bg"),
+    ("/static/corridor/admin.css", "text/css", b"overflow-wrap: anywhere"),
     ("/static/admin/js/core.js", "text/javascript", b"function"),
 ])
 def test_sep24_and_admin_static_files_are_served_with_debug_off(client, settings, path,
@@ -44,7 +45,8 @@ def test_production_collects_hashed_compressed_files(tmp_path):
 
     assert result.returncode == 0, result.stderr[-2000:]
     manifest = json.loads((tmp_path / "staticfiles.json").read_text())["paths"]
-    for name in ("sep24/sep24.css", "sep24/sep24.js", "admin/css/base.css"):
+    for name in ("sep24/sep24.css", "sep24/sep24.js", "admin/css/base.css",
+                 "corridor/admin.css"):
         hashed = manifest[name]
         assert hashed != name and hashed.rsplit(".", 2)[-2].isalnum()  # name.<hash>.ext
         assert (tmp_path / hashed).is_file()
