@@ -20,7 +20,12 @@ from django_otp.admin import OTPAdminAuthenticationForm, OTPAdminSite
 
 
 class CorridorAdminSite(OTPAdminSite):
-    """``OTPAdminSite`` when ``settings.ADMIN_OTP_REQUIRED``, else Django's ``AdminSite``."""
+    """``OTPAdminSite`` when ``settings.ADMIN_OTP_REQUIRED``, else Django's ``AdminSite``;
+    titled as Corridor's operations console, not "Django administration"."""
+
+    site_header = "Corridor operations"
+    site_title = "Corridor operations"
+    index_title = "Review queue, releases, payouts, ledger and schedules"
 
     @property
     def login_form(self):

@@ -269,3 +269,9 @@ def test_otp_enroll_refuses_unknown_and_non_staff_users(db):
     with pytest.raises(CommandError, match="not staff"):
         _enrol("nina")
     assert not TOTPDevice.objects.exists()
+
+
+def test_the_console_is_titled_corridor_not_django(client):
+    """The new-user trial's finding: the header and the tab said "Django administration"."""
+    page = client.get(LOGIN).content.decode()
+    assert "Corridor operations" in page and "Django administration" not in page
