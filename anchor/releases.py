@@ -540,6 +540,7 @@ def _complete(release: DepositRelease) -> DepositRelease:
                            "stellar_transaction_id": tx_hash},
                           reached=reached)
 
+    ap_tx = None  # AP's transaction as read after a refusal: one read decides
     try:
         try:
             notify()
@@ -550,6 +551,7 @@ def _complete(release: DepositRelease) -> DepositRelease:
             if not reached(ap_tx):
                 if not _trust_detour_undone(release, ap_tx):
                     raise
+                ap_tx = None  # AP moved since: a second refusal is read afresh
                 notify()
     except platform.RpcError as exc:
         if exc.code == platform.INTERNAL_ERROR:
@@ -557,7 +559,7 @@ def _complete(release: DepositRelease) -> DepositRelease:
             # notify later, never the payment.
             _note(release, f"notify_onchain_funds_sent: {exc.code} {exc.message}")
             return DepositRelease.objects.get(pk=release.pk)
-        if _refusal_contradicted(release):
+        if _refusal_contradicted(release, ap_tx):
             return DepositRelease.objects.get(pk=release.pk)
         _set_status(release, Status.MANUAL_REVIEW,
                     f"AP refused notify_onchain_funds_sent: {exc.code} {exc.message}")
@@ -568,15 +570,18 @@ def _complete(release: DepositRelease) -> DepositRelease:
     return release
 
 
-def _refusal_contradicted(release: DepositRelease) -> bool:
-    """AP refused ``notify_onchain_funds_sent`` (-32600) for our landed payment, and a
-    read of the transaction now shows ``pending_anchor``, the status from which AP takes
-    that notify: the read lags behind AP (a lost answer to a notify AP applied, or a
-    ``request_trust`` behind it; found by the stale-read attacker), not proof that AP
-    refuses it for good. The release stays ``submitted`` with the reason; the
+def _refusal_contradicted(release: DepositRelease, ap_tx: dict | None) -> bool:
+    """AP refused ``notify_onchain_funds_sent`` (-32600) for our landed payment, and the
+    read that decides (``ap_tx``, the one ``_complete`` made after the refusal; read
+    here only when there is none) shows ``pending_anchor``, the status from which AP
+    takes that notify: the read lags behind AP (a lost answer to a notify AP applied,
+    or a ``request_trust`` behind it; found by the stale-read attacker), not proof that
+    AP refuses it for good. The release stays ``submitted`` with the reason; the
     reconciler asks AP again (``corridor.stranded`` counts it if that never ends).
-    Returns whether it was so."""
-    ap_tx = platform.get_transaction(release.transaction_id) or {}
+    Returns whether it was so. Reading AP a second time here sent a paid, completed
+    deposit to manual_review when the first re-read lagged and the second did not."""
+    if ap_tx is None:
+        ap_tx = platform.get_transaction(release.transaction_id) or {}
     if ap_tx.get("status") != "pending_anchor":
         return False
     _note(release, "notify_onchain_funds_sent refused (-32600) while AP reads "
