@@ -309,7 +309,12 @@ def treasury() -> Figures:
                               f"outside {found.outside})")
     compared = all(b.get("compared", True) for b in run.balances.values())
     out.counts["books_match_outside"] = int(not unexplained and compared)
-    out.counts["breaks_open"] = Break.objects.filter(status="open").count()
+    open_breaks = Break.objects.filter(status="open")
+    out.counts["breaks_open"] = open_breaks.count()
+    # Per source and kind, so a campaign can tell the breaks its faults injected from
+    # any other (``breaks_open:<source>:<kind>``; cumulative over the world's life).
+    for source, kind in open_breaks.values_list("source", "kind"):
+        out.add(f"breaks_open:{source}:{kind}")
     return out
 
 

@@ -869,6 +869,17 @@ class _Campaign:
             or "none"))
         if first is not None:
             self.say(f"chaos: first violation at seed={first}")
+        # Open breaks are counted in the whole world, which no seed resets: the last
+        # seed's count is the campaign's (a sum over seeds counted each break once per
+        # seed after it opened). Beside it, how many the statement and settlement faults
+        # injected, and the open ones per source and kind.
+        last = results[-1].figures.counts if results else {}
+        breaks_open = int(last.get("breaks_open", 0) or 0)
+        injected = sum(fired.get(name, 0) for name in INJECTS_BREAKS)
+        self.say("chaos: open breaks per source and kind: " + (" ".join(
+            f"{k.removeprefix('breaks_open:')}={v}" for k, v in sorted(last.items())
+            if k.startswith("breaks_open:")) or "none")
+            + f"; injected by {', '.join(sorted(INJECTS_BREAKS))}: {injected}")
         ledger_ok = all(r.figures.counts.get("ledger_matches_chain") for r in results)
         books_ok = all(r.figures.counts.get("books_match_outside") for r in results)
         self.say(f"chaos: seeds={len(results)} runs={len(results)} "
@@ -889,11 +900,18 @@ class _Campaign:
                  f"manual_review={sum(reasons.values())} "
                  f"ledger_matches_chain={'yes' if ledger_ok else 'no'} "
                  f"books_match_outside={'yes' if books_ok else 'no'} "
-                 f"breaks_open={total('breaks_open')} "
+                 f"breaks_open={breaks_open} breaks_injected={injected} "
                  f"settle_s={self.settle_s:g} elapsed_s={elapsed:.1f}")
         return 1 if violations else 0
 
 
+# Faults whose whole effect is a difference between the provider's own record (its
+# settlement or account statement) and the books: each firing is a break the daily
+# reconciliation must open and an operator explain (treasury/reconcile.py).
+INJECTS_BREAKS = frozenset({
+    "razorpay.settlement_omit_payment", "razorpay.settlement_fee_mismatch",
+    "razorpayx.statement_fee_mismatch", "razorpayx.statement_utr_mismatch",
+    "razorpayx.statement_omit_payout", "razorpayx.reversal_statement_only"})
 # Faults the sandbox reads with faults.peek only (a configuration while on): their
 # fired counter never moves, so one window on while money is in flight counts as one.
 PEEK_ONLY = frozenset({"anchor31.step_delay", "horizon.lookup_lag", "horizon.ingest_behind",
