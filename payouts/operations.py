@@ -368,7 +368,8 @@ def _new_attempt_check(payout_id: int) -> _AttemptCheck:
     """DESIGN.md §5: "a new key is minted only after the provider has said failed for
     the old one, and only by an operator's action"; failed means RazorpayX's final
     failed, cancelled or rejected (razorpay/NOTES.md §2.6). Not after a refund began,
-    and only while AP can still complete the withdrawal (NOTES §1.6)."""
+    not to a payee whose KYC no longer allows it (``guard.payee_refusal``), and only
+    while AP can still complete the withdrawal (NOTES §1.6)."""
     payout = _payout(payout_id)
     latest = payout.attempt_rows.get(number=payout.attempts)
     failed = guard.provider().failed_statuses
@@ -387,6 +388,9 @@ def _new_attempt_check(payout_id: int) -> _AttemptCheck:
     payable = ("pending_anchor", "pending_external")
     if request is not None and request.kind == WithdrawalRequest.Kind.RECEIVE:
         payable = ("pending_receiver", "pending_external")  # SEP31-RECEIVE.md §3.2
+    refusal = guard.payee_refusal(request) if request is not None else ""
+    if refusal:
+        raise OperationRefused(f"the payee may not be paid: {refusal}")
     if ap_status not in payable:
         raise OperationRefused(f"AP shows the withdrawal {ap_status}: it can no longer be "
                                "completed with a payout")
