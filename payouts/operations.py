@@ -383,14 +383,14 @@ def _new_attempt_check(payout_id: int) -> _AttemptCheck:
                                "failed payout (mark it failed first)")
     if WithdrawalRefund.objects.filter(transaction_id=payout.transaction_id).exists():
         raise OperationRefused("a refund of this withdrawal was started")
-    ap_status = _ap_read(payout.transaction_id).get("status")
     request = WithdrawalRequest.objects.filter(transaction_id=payout.transaction_id).first()
-    payable = ("pending_anchor", "pending_external")
-    if request is not None and request.kind == WithdrawalRequest.Kind.RECEIVE:
-        payable = ("pending_receiver", "pending_external")  # SEP31-RECEIVE.md §3.2
     refusal = guard.payee_refusal(request) if request is not None else ""
     if refusal:
         raise OperationRefused(f"the payee may not be paid: {refusal}")
+    ap_status = _ap_read(payout.transaction_id).get("status")
+    payable = ("pending_anchor", "pending_external")
+    if request is not None and request.kind == WithdrawalRequest.Kind.RECEIVE:
+        payable = ("pending_receiver", "pending_external")  # SEP31-RECEIVE.md §3.2
     if ap_status not in payable:
         raise OperationRefused(f"AP shows the withdrawal {ap_status}: it can no longer be "
                                "completed with a payout")

@@ -324,3 +324,27 @@ def test_a_payout_replayed_after_its_receiver_was_rejected_is_not_sent(clean_san
 
     assert sandbox_payouts(clean_sandbox, request.transaction_id) == []
     assert after.status == "manual_review" and "REJECTED" in after.last_error
+
+
+@pytest.mark.django_db(transaction=False)
+def test_an_operator_cannot_pay_a_rejected_receiver_again():
+    """An operator's new attempt after a failed payout is a payment too: refused, with
+    the reason on the confirmation page, while the receiver is rejected."""
+    from common.console import OperationRefused
+    from payouts import operations
+
+    receiver_row = Customer.objects.create(account="GSA", memo="8", memo_type="id",
+                                           type="sep31-receiver", review="rejected",
+                                           message="sanctions")
+    request = WithdrawalRequestFactory(kind="receive", customer_id=receiver_row.id,
+                                       status="funds_verified")
+    payout = WithdrawalPayoutFactory(transaction_id=request.transaction_id, status="failed")
+    PayoutAttemptFactory(payout=payout, number=1, provider_status="failed")
+
+    preview = operations.payout_new_attempt_preview(payout_id=payout.pk)
+    with pytest.raises(OperationRefused, match="may not be paid"):
+        operations.payout_new_attempt(payout_id=payout.pk, note="OPS-25 retry",
+                                      operator=User.objects.create_superuser("nina-ops"))
+
+    assert "REJECTED" in preview.refusal
+    assert WithdrawalPayout.objects.get(pk=payout.pk).attempts == 1
