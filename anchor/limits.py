@@ -161,3 +161,36 @@ def release(transaction_id: str) -> None:
     """The transaction ended without moving money: it no longer counts."""
     CustomerVolume.objects.filter(transaction_id=transaction_id,
                                   released_at__isnull=True).update(released_at=timezone.now())
+
+
+def payee_refusal(*, transaction_id: str, receiver_id: str = "") -> str:
+    """Why the customer ``transaction_id`` pays may not be paid now ("" when it may):
+    the KYC status that allowed the transaction, read again at the moment of paying
+    (issue 25 §4; an operator's rejection page promises "no payout to it will be
+    made", customers.review_preview), never only when it was accepted:
+
+    - a SEP-31 receive (``receiver_id``, the receiver's customer id): the receiver
+      still exists and is ``ACCEPTED`` (payouts/receive.py step 1);
+    - a SEP-24 transaction above KYC_SEP24_THRESHOLD_INR: the customer its limits were
+      reserved on (``customer_volumes``) is not ``REJECTED`` (:func:`gate`).
+
+    Reads only; the message names the customer and its status, for the review queue."""
+    if receiver_id:
+        receiver = Customer.objects.filter(pk=receiver_id).first()
+        if receiver is None or receiver.deleted_at is not None:
+            return f"the receiver {receiver_id} was deleted after the transaction was accepted"
+        view = customers.answer(receiver)
+        if view.status != customers.ACCEPTED:
+            return (f"the receiver {receiver_id} is {view.status} since the transaction "
+                    f"was accepted ({view.message or 'no message'})")
+        return ""
+    volume = CustomerVolume.objects.select_related("customer").filter(
+        transaction_id=transaction_id).first()
+    if volume is None or volume.amount_inr <= settings.KYC_SEP24_THRESHOLD_INR:
+        return ""
+    view = customers.answer(volume.customer)
+    if view.status == customers.REJECTED:
+        return (f"the customer {volume.customer_id} was rejected after the transaction "
+                f"was accepted ({view.message}), and ₹{volume.amount_inr} is above "
+                f"the KYC threshold")
+    return ""

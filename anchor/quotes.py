@@ -25,8 +25,8 @@ Pricing (:func:`quote`):
 
 A firm quote (``type=firm``) is stored (:class:`anchor.models.FirmQuote`) with an ``id``
 of ours and ``expires_at`` (``QUOTE_FIRM_TTL_S``, or later when ``expire_after`` asks,
-up to ``QUOTE_FIRM_MAX_TTL_S``); :func:`use_firm_quote` is how a flow takes it: exactly
-its amounts, once, before it expires.
+up to ``QUOTE_FIRM_MAX_TTL_S``); :func:`use_firm_quote` is how a flow takes it: by
+the party it was given to, exactly its amounts, once, before it expires.
 
 Errors: :class:`QuoteRefused` (``status`` 400 for a malformed request, 422 for one
 understood but not served: AP relays our ``error`` text to the client as a 400) and
@@ -290,16 +290,21 @@ def rate_answer(params: dict[str, str]) -> dict:
     return q.as_rate()
 
 
-def use_firm_quote(quote_id: str, *, transaction_id: str, sell_asset: str,
+def use_firm_quote(quote_id: str, *, transaction_id: str, owner: str, sell_asset: str,
                    sell_amount: Decimal, buy_asset: str) -> FirmQuote:
-    """Take firm quote ``quote_id`` for ``transaction_id``: its assets and sell amount
-    exactly, before ``expires_at``, and once (row-locked; a second use, even of the
-    same transaction, is refused). Returns the quote whose ``buy_amount`` the flow
-    pays. Raises QuoteRefused."""
+    """Take firm quote ``quote_id`` for ``transaction_id``, redeemed by ``owner`` (the
+    SEP-10 account that created the transaction, AP's ``creator.account``): only the
+    party the quote was given to (its ``client_id``: AP sends the SEP-10 account that
+    asked ``POST /quote``, SEP31-RECEIVE.md §9; AP 4.3.0 checks no owner on redemption,
+    #2019, §10 item 3), its assets and sell amount exactly, before ``expires_at``, and
+    once (row-locked; a second use, even of the same transaction, is refused). Returns
+    the quote whose ``buy_amount`` the flow pays. Raises QuoteRefused."""
     with transaction.atomic():
         stored = FirmQuote.objects.select_for_update().filter(quote_id=quote_id).first()
         if stored is None:
             raise QuoteRefused(f"quote {quote_id} is not one of Corridor's")
+        if not owner or stored.client_id != owner:
+            raise QuoteRefused(f"quote {quote_id} was given to another party")
         if stored.used_at is not None:
             raise QuoteRefused(f"quote {quote_id} was used by {stored.transaction_id}")
         if timezone.now() >= stored.expires_at:

@@ -9,7 +9,6 @@ itself and can block for minutes (horizon/NOTES.md §1.1); Corridor's own rule i
 from __future__ import annotations
 
 import base64
-import hashlib
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -25,6 +24,7 @@ from stellar_sdk.client.requests_client import RequestsClient
 from stellar_sdk.transaction_envelope import TransactionEnvelope
 
 from anchor.models import SourceAccount
+from common import devkeys
 
 log = logging.getLogger(__name__)
 STROOP = Decimal("0.0000001")
@@ -57,8 +57,7 @@ def derived_channel_keypair(n: int, secret: str | None = None) -> Keypair:
     "corridor-channel:" + secret + ":" + n)). Sandbox / development only: production
     refuses the setting (corridor/checks.py E013)."""
     secret = settings.STELLAR_CHANNEL_SEED_SECRET if secret is None else secret
-    raw = hashlib.sha256(f"corridor-channel:{secret}:{n}".encode()).digest()
-    return Keypair.from_raw_ed25519_seed(raw)
+    return devkeys.channel_keypair(secret, n)
 
 
 def configured_channel_keypairs() -> list[Keypair]:

@@ -17,10 +17,12 @@ When it applies: ``CORRIDOR_ENV=production`` -> everything below;
 What it refuses:
 
 - secrets (the registry ``SECRET_SETTINGS`` in settings/base.py): a required one missing
-  (E001), shorter than its minimum (E002), equal to a sandbox value (E003) or to a value
-  of the repository's ``.env.example`` (E004; parsed at check time, skipped when the file
-  is absent), the same value in two roles (E005); a Stellar seed that is not a valid
-  secret seed (E006) or that belongs to a sandbox account (E007);
+  (E001), shorter than its minimum (E002), equal to a sandbox value or a sandbox
+  SEP-31 token (E003) or to a value of the repository's ``.env.example`` (E004; parsed
+  at check time, skipped when the file is absent), the same value in two roles (E005);
+  a Stellar seed that is not a valid secret seed (E006) or that anyone can derive from
+  this repository (E007: a sandbox account, a network root, a development channel of a
+  seed secret the repository writes; common/devkeys.py);
 - ``ALLOWED_HOSTS`` containing ``*`` (E008) or empty (E009); ``DEBUG`` on (E010);
 - an external base URL pointing at the sandbox (E011): under ``SANDBOX_URL``, with one
   of the sandbox's path prefixes, or plain ``http`` to a loopback host; an empty
@@ -38,7 +40,6 @@ What it refuses:
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import os
 import socket
@@ -50,17 +51,14 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-# The sandbox's fixed accounts, whose seeds are public: sandbox/keys.py derives each as
-# Keypair.from_raw_ed25519_seed(sha256(b"corridor-sandbox:" + name)) (the names are
-# copied here as data, since production must not import sandbox code;
-# tests/test_production_mode.py checks the list against sandbox.keys and
-# sandbox.horizon.service). The network root's seed is sha256(passphrase) on every
-# Stellar network.
-SANDBOX_ACCOUNT_NAMES = (
-    "usdc-issuer", "distribution", "hub", "partner", "anchor31",
-    *(f"channel-{n}" for n in range(1, 5)),
-    *(f"friendbot-minion-{n}" for n in range(1, 9)),
-)
+from common import devkeys
+
+# Every seed derivable from this repository (the sandbox's accounts, the network roots,
+# the development channels of the seed secrets the repository writes) comes from
+# common/devkeys.py, the derivation the sandbox itself uses (plain code on the ground
+# floor: production imports no sandbox code). tests/test_production_mode.py enumerates
+# them and asserts each is refused.
+SANDBOX_ACCOUNT_NAMES = devkeys.SANDBOX_ACCOUNT_NAMES
 # The sandbox's URL prefixes (sandbox/urls.py), as they appear in a base URL.
 SANDBOX_PATH_PREFIXES = ("/horizon", "/ap/platform", "/ap/sep", "/razorpay", "/anchor31",
                          "/sandbox/")
@@ -84,19 +82,17 @@ class Problem:
 
 
 def sandbox_seeds() -> dict[str, str]:
-    """Secret seed (``S...``) -> sandbox account name, for every fixed sandbox account."""
-    from stellar_sdk import Keypair
+    """Secret seed (``S...``) -> what it is (``sandbox account hub``, ``network
+    root``, ``development channel <secret>:<n>``), for every seed anyone can derive
+    from this repository (common/devkeys.py ``derivable_seeds``)."""
+    return devkeys.derivable_seeds(settings.STELLAR_NETWORK_PASSPHRASE)
 
-    seeds = {}
-    for name in SANDBOX_ACCOUNT_NAMES:
-        raw = hashlib.sha256(f"corridor-sandbox:{name}".encode()).digest()
-        seeds[Keypair.from_raw_ed25519_seed(raw).secret] = name
-    for passphrase in ("Test SDF Network ; September 2015",
-                       "Public Global Stellar Network ; September 2015",
-                       settings.STELLAR_NETWORK_PASSPHRASE):
-        raw = hashlib.sha256(passphrase.encode()).digest()
-        seeds[Keypair.from_raw_ed25519_seed(raw).secret] = "network root"
-    return seeds
+
+def _seed_is(what: str) -> str:
+    """The words of E007 for a derivable seed: ``the sandbox account 'hub'``."""
+    if what.startswith("sandbox account "):
+        return f"the sandbox account {what.removeprefix('sandbox account ')!r}"
+    return f"the {what}"
 
 
 def env_example_values(path: Path | None = None) -> dict[str, str]:
@@ -166,7 +162,8 @@ def secret_problems() -> list[Problem]:
                     "corridor.E002",
                     f"{label} is {len(value)} characters, shorter than the required "
                     f"{entry['min_length']}"))
-            if value in sandbox_values:
+            if value in sandbox_values or value.startswith(
+                    devkeys.SANDBOX_ANCHOR31_TOKEN_PREFIX):
                 problems.append(Problem("corridor.E003", f"{label} is a sandbox default"))
             elif value in example_values:
                 problems.append(Problem(
@@ -178,8 +175,7 @@ def secret_problems() -> list[Problem]:
                         "corridor.E006", f"{label} is not a valid Stellar secret seed"))
                 elif value in seeds:
                     problems.append(Problem(
-                        "corridor.E007",
-                        f"{label} is the seed of the sandbox account {seeds[value]!r}"))
+                        "corridor.E007", f"{label} is the seed of {_seed_is(seeds[value])}"))
             if entry["kind"] == "keys" and not _fernet_key(value):
                 problems.append(Problem(
                     "corridor.E016", f"{label} is not a Fernet key (manage.py pii_key)"))

@@ -276,6 +276,12 @@ def _refusal(request) -> HttpResponse | None:
     return response
 
 
+def scrape_allowed(request) -> bool:
+    """Whether ``request`` may read internal figures: the rule of ``/metrics``
+    (``METRICS_TOKEN`` as a bearer token; no token: development only)."""
+    return _refusal(request) is None
+
+
 def metrics_view(request):
     """``GET /metrics``: the Prometheus text format.
 

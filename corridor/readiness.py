@@ -9,6 +9,14 @@ is ``fail``. A check answers only ``ok`` or ``fail``; what went wrong (the excep
 hosts, URLs, the dependency's own error text) goes to the log, never into the answer,
 which a load balancer or a stranger may read.
 
+The three third parties (:data:`EXTERNAL`) cost them a call and us a Razorpay rate
+limit, and the endpoint is anonymous: their results are kept for
+``READINESS_CACHE_S`` seconds per process (keyed by the URLs and key they were made
+with), so a probe every second, or a stranger's thousand requests, make at most one
+call to each per period and per process (issue 25 §4); one refresh at a time, the
+others answer with the last results meanwhile. The database and the broker (ours, on
+the internal network) are checked on every request.
+
 Liveness (``GET /health/``) is separate and calls none of these."""
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import math
+import threading
+import time
 from collections.abc import Callable
 
 import httpx
@@ -87,6 +97,36 @@ CHECKS: dict[str, Callable[[], None]] = {
     "anchor_platform": check_anchor_platform,
     "razorpay": check_razorpay,
 }
+# Checks of the outside world, whose results are cached (module docstring).
+EXTERNAL = ("horizon", "anchor_platform", "razorpay")
+
+_cache_lock = threading.Lock()
+_cache: dict = {"key": None, "at": -math.inf, "report": {}, "refreshing": False}
+
+
+def _cache_key() -> tuple:
+    """What the external results depend on: a changed URL or key is a new check."""
+    return (settings.HORIZON_URL, settings.AP_PLATFORM_URL, settings.RAZORPAY_API_URL,
+            settings.RAZORPAY_KEY_ID, settings.RAZORPAY_KEY_SECRET, _timeout())
+
+
+def _cached_external() -> dict[str, str] | None:
+    """The external results to answer with, or None when this request must refresh
+    them (then it is marked as the one refreshing)."""
+    key, now = _cache_key(), time.monotonic()
+    with _cache_lock:
+        same = _cache["key"] == key
+        if same and now - _cache["at"] < settings.READINESS_CACHE_S:
+            return dict(_cache["report"])
+        if same and _cache["refreshing"] and _cache["report"]:
+            return dict(_cache["report"])  # another request is refreshing them
+        _cache.update(key=key, refreshing=True)
+        return None
+
+
+def _store_external(report: dict[str, str]) -> None:
+    with _cache_lock:
+        _cache.update(at=time.monotonic(), report=dict(report), refreshing=False)
 
 
 def _run(name: str, check: Callable[[], None]) -> str:
@@ -102,11 +142,24 @@ def _run(name: str, check: Callable[[], None]) -> str:
 def readiness() -> dict[str, str]:
     """``{name: "ok" | "fail"}`` for each of :data:`CHECKS`, run concurrently; bounded
     by ``READINESS_TIMEOUT_S`` (+0.5 s) in total. A check still running then is
-    ``fail`` (its thread ends by its own timeout)."""
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(CHECKS),
+    ``fail`` (its thread ends by its own timeout). The :data:`EXTERNAL` ones come from
+    the cache while it is fresh (``READINESS_CACHE_S``)."""
+    cached = _cached_external()
+    due = {name: check for name, check in CHECKS.items()
+           if cached is None or name not in EXTERNAL}
+    report = _run_all(due)
+    if cached is None:
+        _store_external({name: report[name] for name in EXTERNAL})
+    else:
+        report.update(cached)
+    return {name: report[name] for name in CHECKS}
+
+
+def _run_all(checks: dict[str, Callable[[], None]]) -> dict[str, str]:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(checks),
                                                  thread_name_prefix="readiness")
     try:
-        futures = {name: pool.submit(_run, name, check) for name, check in CHECKS.items()}
+        futures = {name: pool.submit(_run, name, check) for name, check in checks.items()}
         concurrent.futures.wait(futures.values(), timeout=_timeout() + _MARGIN_S)
         report = {}
         for name, future in futures.items():

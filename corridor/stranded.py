@@ -16,8 +16,10 @@ the open rows, so the cost follows the open rows, not the table:
   by the queue; found by ``make chaos``) (``deposit_payments_unnot_idx``; owner: the
   notify sweeper, ``anchor.reconciler.sweep_unnotified``);
 - ``confirmed_not_released``: confirmed and AP told (AP ``pending_anchor``) more than
-  STRANDED_RELEASE_S ago, and no release claimed (``deposit_payments_unrel_idx``;
-  owner: the AP sweep; a customer who never adds the USDC trustline is counted too);
+  STRANDED_RELEASE_S ago, no release claimed, and no INR refund of it (a refund in any
+  state owns the deposit: open, ``deposit_refund_open``; failed or in review, the queue;
+  completed, settled: issue 25 §4) (``deposit_payments_unrel_idx``; owner: the AP
+  sweep; a customer who never adds the USDC trustline is counted too);
 - ``release_open``: a release ``submitting`` / ``submitted`` / ``failed`` claimed more
   than STRANDED_RELEASE_S ago (``deposit_releases_open_idx``; owner: the reconciler);
 - ``payout_processing``: a payout ``processing`` past the provider's settlement window
@@ -106,7 +108,9 @@ def stranded_queries() -> dict[str, QuerySet]:
         "confirmed_not_released": DepositPayment.objects.filter(
             confirmation=DepositPayment.Confirmation.CONFIRMED, ap_notified_at__isnull=False,
             release_claimed_at__isnull=True,
-            ap_notified_at__lt=limit["confirmed_not_released"]),
+            ap_notified_at__lt=limit["confirmed_not_released"]
+        ).exclude(Exists(DepositRefund.objects.filter(transaction_id=OuterRef(
+            "transaction_id")))),
         "release_open": DepositRelease.objects.filter(
             status__in=DepositRelease.OPEN_STATUSES, created_at__lt=limit["release_open"]),
         "payout_processing": WithdrawalPayout.objects.filter(

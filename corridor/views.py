@@ -5,13 +5,17 @@
   dependency never gets a healthy process restarted.
 - ``GET /health/ready`` (``health-ready``): readiness (corridor/readiness.py): the
   database, the broker, Horizon, the Anchor Platform and Razorpay, concurrently, each
-  bounded by ``READINESS_TIMEOUT_S``. ``200`` when every check is ``ok``, ``503``
-  otherwise; the body is ``{"status": "ok" | "fail", "checks": {name: "ok" | "fail"},
-  "oldest_stuck": {...}}`` and never carries a dependency's error text, host or URL.
-  ``oldest_stuck`` is the age in seconds of the oldest stuck release, payout and saga
-  (None when there is none, or when the database is down; corridor.metrics.stuck_ages
-  says what counts as stuck). Stuck rows never change the status code -- another
-  instance would not unstick them --: alert on them, or on the matching gauges.
+  bounded by ``READINESS_TIMEOUT_S`` (the last three cached for ``READINESS_CACHE_S``:
+  no call to them per request). ``200`` when every check is ``ok``, ``503`` otherwise;
+  the body is ``{"status": "ok" | "fail", "checks": {name: "ok" | "fail"}}`` and never
+  carries a dependency's error text, host or URL. Only a caller the metrics accept
+  (``Authorization: Bearer <METRICS_TOKEN>``, the rule of ``/metrics``) also gets
+  ``oldest_stuck`` and ``stranded``, internal figures a stranger never sees (and
+  never makes us count: issue 25 §4). ``oldest_stuck`` is the age in seconds of the
+  oldest stuck release, payout and saga (None when there is none, or when the database
+  is down; corridor.metrics.stuck_ages says what counts as stuck). Stuck rows never
+  change the status code -- another instance would not unstick them --: alert on
+  them, or on the matching gauges.
   ``stranded`` is ``corridor.stranded.stranded_counts()`` (kind -> rows owed to a
   customer with no owner past their threshold; None when the database is down), with
   the same rule: it never changes the status code; the gauge is ``corridor_stranded``.
@@ -35,17 +39,17 @@ def health(request):
 def health_ready(request):
     checks = readiness.readiness()
     ready = all(result == readiness.OK for result in checks.values())
-    oldest_stuck = counts = None
-    if checks["database"] == readiness.OK:
-        try:
-            oldest_stuck = metrics.stuck_ages()
-            counts = stranded.stranded_counts()
-        except Exception as exc:  # the database check above says whether it is down
-            log.warning("health: stuck ages not readable: %s", type(exc).__name__)
-    return JsonResponse({"status": readiness.OK if ready else readiness.FAIL,
-                         "checks": checks, "oldest_stuck": oldest_stuck,
-                         "stranded": counts},
-                        status=200 if ready else 503)
+    body = {"status": readiness.OK if ready else readiness.FAIL, "checks": checks}
+    if metrics.scrape_allowed(request):
+        oldest_stuck = counts = None
+        if checks["database"] == readiness.OK:
+            try:
+                oldest_stuck = metrics.stuck_ages()
+                counts = stranded.stranded_counts()
+            except Exception as exc:  # the database check above says whether it is down
+                log.warning("health: stuck ages not readable: %s", type(exc).__name__)
+        body.update(oldest_stuck=oldest_stuck, stranded=counts)
+    return JsonResponse(body, status=200 if ready else 503)
 
 
 # Prefixes whose callers are programs: their 404 is JSON.

@@ -29,7 +29,7 @@ from django.db.models import F
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
-from anchor import platform
+from anchor import limits, platform
 from common.crashpoints import crash_point
 from payouts import beneficiaries, books
 from payouts.models import PayoutAttempt, WithdrawalPayout, WithdrawalRefund, WithdrawalRequest
@@ -97,7 +97,9 @@ def payout_claim(*, request: WithdrawalRequest) -> WithdrawalPayout | None:
     lock (the lock order of every withdrawal path) the request must still be payable:
     not moved to ``manual_review`` or ``expired``, and no refund of its USDC started,
     since the caller read it (found by the attacker trial: a worker that read the request
-    before an operator refunded it would otherwise claim and pay). Raises NotPayable."""
+    before an operator refunded it would otherwise claim and pay), and its payee still
+    allowed (:func:`payee_refusal`; refused: the request goes to ``manual_review`` in
+    the same commit). Raises NotPayable."""
     try:
         with transaction.atomic():
             current = WithdrawalRequest.objects.select_for_update().get(pk=request.pk)
@@ -106,16 +108,33 @@ def payout_claim(*, request: WithdrawalRequest) -> WithdrawalPayout | None:
                 raise NotPayable(f"the request is {current.status}")
             if WithdrawalRefund.objects.filter(transaction_id=current.transaction_id).exists():
                 raise NotPayable("a refund of its USDC was started")
-            payout = WithdrawalPayout.objects.create(
-                transaction_id=request.transaction_id, status=Status.PROCESSING,
-                amount_paise=request.amount_out_paise, fund_account_id=request.fund_account_id,
-                mode="UPI" if request.beneficiary_type == "vpa" else "IMPS",
-                provider=provider().name)
-            PayoutAttempt.objects.create(payout=payout, number=1,
-                                         idempotency_key=uuid.uuid4())
-            return payout
+            refusal = payee_refusal(current)
+            if refusal:
+                _request_to_review(current, f"not paid: {refusal}")
+            else:
+                return _claim(request)
     except IntegrityError:
         return None
+    raise NotPayable(refusal)
+
+
+def payee_refusal(request: WithdrawalRequest) -> str:
+    """Why ``request``'s payee may not be paid now ("" when it may): the customer's KYC
+    as it stands at this moment (anchor.limits.payee_refusal). Called by the claim and
+    by every disbursement (:func:`_disburse`: a first payment, the replay of an
+    unknown outcome, an operator's new attempt)."""
+    receiver = request.customer_id if request.kind == WithdrawalRequest.Kind.RECEIVE else ""
+    return limits.payee_refusal(transaction_id=request.transaction_id, receiver_id=receiver)
+
+
+def _claim(request: WithdrawalRequest) -> WithdrawalPayout:
+    payout = WithdrawalPayout.objects.create(
+        transaction_id=request.transaction_id, status=Status.PROCESSING,
+        amount_paise=request.amount_out_paise, fund_account_id=request.fund_account_id,
+        mode="UPI" if request.beneficiary_type == "vpa" else "IMPS",
+        provider=provider().name)
+    PayoutAttempt.objects.create(payout=payout, number=1, idempotency_key=uuid.uuid4())
+    return payout
 
 
 def payout_resume(*, payout: WithdrawalPayout) -> WithdrawalPayout:
@@ -248,6 +267,10 @@ def payout_complete_ap(*, payout: WithdrawalPayout) -> WithdrawalPayout:
 # --- steps ---------------------------------------------------------------------------
 
 def _disburse(payout: WithdrawalPayout, attempt: PayoutAttempt) -> WithdrawalPayout:
+    request = WithdrawalRequest.objects.filter(transaction_id=payout.transaction_id).first()
+    refusal = payee_refusal(request) if request is not None else ""
+    if refusal:  # the payee's status changed since the claim: a person decides
+        return _to_review(payout, f"not paid: {refusal}")
     result: DisburseResult = provider().disburse(
         fund_account_id=payout.fund_account_id, amount_paise=payout.amount_paise,
         reference=payout.transaction_id, idempotency_key=str(attempt.idempotency_key),

@@ -368,7 +368,8 @@ def _new_attempt_check(payout_id: int) -> _AttemptCheck:
     """DESIGN.md §5: "a new key is minted only after the provider has said failed for
     the old one, and only by an operator's action"; failed means RazorpayX's final
     failed, cancelled or rejected (razorpay/NOTES.md §2.6). Not after a refund began,
-    and only while AP can still complete the withdrawal (NOTES §1.6)."""
+    not to a payee whose KYC no longer allows it (``guard.payee_refusal``), and only
+    while AP can still complete the withdrawal (NOTES §1.6)."""
     payout = _payout(payout_id)
     latest = payout.attempt_rows.get(number=payout.attempts)
     failed = guard.provider().failed_statuses
@@ -382,8 +383,11 @@ def _new_attempt_check(payout_id: int) -> _AttemptCheck:
                                "failed payout (mark it failed first)")
     if WithdrawalRefund.objects.filter(transaction_id=payout.transaction_id).exists():
         raise OperationRefused("a refund of this withdrawal was started")
-    ap_status = _ap_read(payout.transaction_id).get("status")
     request = WithdrawalRequest.objects.filter(transaction_id=payout.transaction_id).first()
+    refusal = guard.payee_refusal(request) if request is not None else ""
+    if refusal:
+        raise OperationRefused(f"the payee may not be paid: {refusal}")
+    ap_status = _ap_read(payout.transaction_id).get("status")
     payable = ("pending_anchor", "pending_external")
     if request is not None and request.kind == WithdrawalRequest.Kind.RECEIVE:
         payable = ("pending_receiver", "pending_external")  # SEP31-RECEIVE.md §3.2

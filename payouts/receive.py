@@ -9,9 +9,10 @@ and checks no KYC (§1 rule 1). Corridor decides here, once per transaction:
    ``notify_customer_info_updated`` (AP: ``pending_customer_info_update``; the SA
    updates the customer and the next pass goes on); ``PROCESSING`` -> wait; unknown,
    foreign or ``REJECTED`` -> ``notify_transaction_error`` with a message for the SA;
-2. the firm quote is Corridor's, unexpired, unused, for exactly this ``amount_in`` of
-   USDC into INR (``anchor.quotes.use_firm_quote``: single use and owner even on AP
-   4.3.0, §10 item 3), and its ``buy_amount`` is what the receiver gets;
+2. the firm quote is Corridor's, given to the account that created the transaction,
+   unexpired, unused, for exactly this ``amount_in`` of USDC into INR
+   (``anchor.quotes.use_firm_quote``: single use and owner even on AP 4.3.0, §10
+   item 3), and its ``buy_amount`` is what the receiver gets;
 3. the receiver's daily and monthly limits (anchor/limits.py) hold;
 4. the receiver's bank account (or UPI ID) from the KYC fields is registered with
    RazorpayX, and a ``withdrawal_requests`` row of kind ``receive`` is committed with a
@@ -141,7 +142,7 @@ def decide(*, ap_tx: dict) -> str:
         # A pass that died after taking the quote finds it taken by this transaction.
         quote = FirmQuote.objects.filter(quote_id=quote_id, transaction_id=transaction_id,
                                          used_at__isnull=False).first() or \
-            quotes.use_firm_quote(quote_id, transaction_id=transaction_id,
+            quotes.use_firm_quote(quote_id, transaction_id=transaction_id, owner=creator,
                                   sell_asset=quotes.usdc_asset(), sell_amount=amount_in,
                                   buy_asset=INR)
         amount_out = quote.buy_amount.quantize(Decimal("0.01"))

@@ -3,16 +3,14 @@ Keypair.from_raw_ed25519_seed(sha256(b"corridor-sandbox:" + name)).
 
 Valid only against the sandbox (and harmless anywhere else: they hold nothing real).
 Corridor's settings default to the same values so ``make run`` needs no configuration.
+The derivation is ``common.devkeys.sandbox_keypair``: it refuses a name it does not
+list, and production refuses every seed it lists (corridor/checks.py E007).
 """
 
-import hashlib
+from common.devkeys import sandbox_keypair
 
-from stellar_sdk import Keypair
-
-
-def sandbox_keypair(name: str) -> Keypair:
-    seed = hashlib.sha256(f"corridor-sandbox:{name}".encode()).digest()
-    return Keypair.from_raw_ed25519_seed(seed)
+__all__ = ["ANCHOR31", "DISTRIBUTION", "HUB", "PARTNER", "SENDER31", "USDC_ISSUER",
+           "sandbox_keypair"]
 
 
 USDC_ISSUER = sandbox_keypair("usdc-issuer")

@@ -156,3 +156,66 @@ def test_readiness_is_bounded_when_dependencies_hang(client, settings):
     assert checks == {**dict.fromkeys(CHECKS, "fail"), "database": "ok"}
     # Four hanging checks one after another would take 1.6 s.
     assert elapsed < 1.0, elapsed
+
+
+# --- issue 25 §4: readiness tells strangers nothing and costs nothing -----------------
+
+class Counting:
+    """An HTTP server that answers 200 ``{}`` to every GET and counts them."""
+
+    def __init__(self):
+        import http.server
+
+        hits = self.hits = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                hits.append(self.path)
+                body = b"{}"
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.django_db
+def test_readiness_calls_each_third_party_once_per_cache_period(client, settings):
+    outside = Counting()
+    settings.HORIZON_URL = f"{outside.url}/horizon"
+    settings.AP_PLATFORM_URL = f"{outside.url}/ap"
+    settings.RAZORPAY_API_URL = f"{outside.url}/rzp"
+    settings.READINESS_CACHE_S = 60
+    try:
+        answers = [client.get("/health/ready") for _ in range(5)]
+    finally:
+        outside.close()
+
+    assert {a.status_code for a in answers} == {200}
+    # One call per dependency for five readiness requests, not five each.
+    assert sorted(outside.hits) == ["/ap/health", "/horizon/", "/rzp/v1/orders?count=1"]
+
+
+@pytest.mark.django_db
+def test_an_anonymous_readiness_answer_carries_no_internal_figures(client, settings):
+    settings.METRICS_TOKEN = "m" * 40
+    settings.HORIZON_URL = f"http://127.0.0.1:{free_port()}/horizon"  # fails fast, cached
+
+    anonymous = client.get("/health/ready").json()
+    wrong = client.get("/health/ready", HTTP_AUTHORIZATION="Bearer nope").json()
+    scraper = client.get("/health/ready", HTTP_AUTHORIZATION="Bearer " + "m" * 40).json()
+
+    assert set(anonymous) == set(wrong) == {"status", "checks"}
+    assert set(scraper) == {"status", "checks", "oldest_stuck", "stranded"}
+    assert scraper["stranded"] == dict.fromkeys(KINDS, 0)

@@ -382,3 +382,74 @@ def test_the_sandbox_installed_is_refused():
 @override_settings(SANDBOX_URL="https://sandbox.test")
 def test_url_problem(url, refused):
     assert (checks.url_problem("HORIZON_URL", url) is not None) is refused
+
+
+# --- issue 25 §4: every key derivable from this repository is refused -------------------
+
+def test_production_refuses_every_seed_derivable_from_the_repository():
+    """The seeds come from the derivation the sandbox itself uses (common/devkeys.py),
+    not from a copy: each sandbox account, each network root, each development channel
+    of a seed secret written in the repository. One check with every one of them as a
+    channel seed must refuse each (E007)."""
+    from django.conf import settings
+
+    from common import devkeys
+
+    derivable = devkeys.derivable_seeds(settings.STELLAR_NETWORK_PASSPHRASE)
+    assert len(derivable) >= len(devkeys.SANDBOX_ACCOUNT_NAMES) + 2 + \
+        len(devkeys.DEV_CHANNEL_SECRETS) * devkeys.DEV_CHANNELS_PER_SECRET
+
+    with override_settings(STELLAR_CHANNEL_SECRETS=list(derivable)):
+        problems = checks.secret_problems()
+
+    refused = [p.message for p in problems
+               if p.id == "corridor.E007" and p.message.startswith("STELLAR_CHANNEL_SECRETS")]
+    assert len(refused) == len(derivable), \
+        f"{len(derivable) - len(refused)} of {len(derivable)} derivable seeds pass"
+    assert any(m.endswith("is the seed of the sandbox account 'sender31'") for m in refused)
+    assert any(m.endswith("development channel my-dev-secret:20") for m in refused)
+
+
+def test_every_key_the_sandbox_derives_is_in_the_derivable_list():
+    """The sandbox's keys are made by devkeys.sandbox_keypair, which refuses a name it
+    does not list: a new sandbox account cannot escape the production check."""
+    from django.conf import settings
+
+    from common import devkeys
+    from sandbox import keys
+    from sandbox.ap import sep10
+    from sandbox.horizon import core, service
+
+    derivable = devkeys.derivable_seeds(settings.STELLAR_NETWORK_PASSPHRASE)
+    sandbox_keys = [keys.USDC_ISSUER, keys.DISTRIBUTION, keys.HUB, keys.PARTNER,
+                    keys.ANCHOR31, keys.SENDER31, sep10.SIGNING_KEY,
+                    core.root_keypair(settings.STELLAR_NETWORK_PASSPHRASE),
+                    *(keys.sandbox_keypair(n) for n in service.CHANNELS),
+                    *(keys.sandbox_keypair(n) for n in service.MINIONS)]
+    assert [k.public_key for k in sandbox_keys if k.secret not in derivable] == []
+    with pytest.raises(ValueError, match="not in SANDBOX_ACCOUNT_NAMES"):
+        keys.sandbox_keypair("a-new-account")
+
+
+def test_every_channel_seed_secret_written_in_the_repository_is_listed():
+    from common import devkeys
+
+    # a Python assignment or keyword with a quoted value, or a shell or .env line
+    literal = re.compile(r"""SEED_SECRET\s*=\s*["']([^"'\s]+)["']|SEED_SECRET=([\w.-]+)""")
+    found = set()
+    for path in [*ROOT.glob("*.md"), ROOT / ".env.example", ROOT / "Makefile",
+                 *(p for p in ROOT.rglob("*.py") if not {".venv", "node_modules"} &
+                   set(p.relative_to(ROOT).parts))]:
+        for match in literal.finditer(path.read_text(errors="replace")):
+            value = match.group(1) or match.group(2)
+            if not value.isupper() and value != "...":  # a name, or an elided value
+                found.add(value)
+    assert found - set(devkeys.DEV_CHANNEL_SECRETS) == set()
+
+
+def test_a_sandbox_anchor31_token_is_refused():
+    with override_settings(ANCHOR31_AUTH_TOKEN="sandbox-sep31:" + Keypair.random().public_key):
+        problems = checks.secret_problems()
+
+    assert any(p.id == "corridor.E003" and "ANCHOR31_AUTH_TOKEN" in p.message
+               for p in problems), problems

@@ -263,8 +263,10 @@ def test_with_the_rate_source_down_the_answer_is_503_and_nothing_is_stored(rate,
 
 # --- a firm quote honoured: exactly, once, before it expires ----------------------------
 
-def _use(quote: FirmQuote, tx: str = "tx-1", amount: Decimal | None = None):
+def _use(quote: FirmQuote, tx: str = "tx-1", amount: Decimal | None = None,
+         owner: str | None = None):
     return quotes.use_firm_quote(quote.quote_id, transaction_id=tx,
+                                 owner=quote.client_id if owner is None else owner,
                                  sell_asset=quote.sell_asset, buy_asset=quote.buy_asset,
                                  sell_amount=quote.sell_amount if amount is None else amount)
 
@@ -279,8 +281,20 @@ def test_a_firm_quote_is_used_once_for_its_exact_amount():
     with pytest.raises(quotes.QuoteRefused, match="was used by tx-1"):
         _use(quote, tx="tx-2")
     with pytest.raises(quotes.QuoteRefused, match="not one of Corridor's"):
-        quotes.use_firm_quote("q-unknown", transaction_id="tx-3", sell_asset=usdc(),
+        quotes.use_firm_quote("q-unknown", transaction_id="tx-3", owner="GA", sell_asset=usdc(),
                               buy_asset=INR, sell_amount=D("100"))
+
+
+def test_a_firm_quote_is_redeemed_only_by_the_party_it_was_given_to():
+    """SEP31-RECEIVE.md §10 item 3 (AP #2019): the owner is checked when the quote is
+    used, not only when AP stored it."""
+    quote = FirmQuoteFactory()
+
+    for stranger in ("GSOMEONEELSE", ""):
+        with pytest.raises(quotes.QuoteRefused, match="given to another party"):
+            _use(quote, owner=stranger)
+    assert FirmQuote.objects.get(pk=quote.pk).used_at is None
+    assert _use(quote).transaction_id == "tx-1"
 
 
 def test_an_expired_firm_quote_is_refused():

@@ -13,12 +13,19 @@ from decimal import Decimal
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
+from stellar_sdk import Keypair
 
 from anchor import customers
 from anchor.models import Customer, FirmQuote
-from payouts import poller
+from payouts import guard, poller
 from payouts.models import StellarReceipt, WithdrawalPayout, WithdrawalRequest
+from payouts.providers.base import Beneficiary
 from sandbox.sender31 import RECEIVER_FIELDS, SENDER_FIELDS, Payment, SendingAnchor, new_memo
+from tests.factories import (
+    PayoutAttemptFactory,
+    WithdrawalPayoutFactory,
+    WithdrawalRequestFactory,
+)
 from tests.flows import ap, sandbox_payouts, settle, unique_account_number, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -238,3 +245,106 @@ def test_usdc_that_arrived_after_the_quote_expired_is_not_paid_at_it(sa, clean_s
         poller.poll_withdrawals()
     assert sandbox_payouts(clean_sandbox, remittance.transaction_id) == []
     assert not WithdrawalPayout.objects.filter(transaction_id=remittance.transaction_id).exists()
+
+
+# --- issue 25 §4: a right checked when a thing is used, not only when it was made ------
+
+def test_a_quote_given_to_one_anchor_is_not_redeemed_by_another(sa, clean_sandbox):
+    """SEP31-RECEIVE.md §10 item 3 (AP #2019: no owner check on redemption). SA-B reads
+    SA-A's quote id (a log, a shared integrator) and backs its own transaction with it:
+    AP 4.3.0 accepts; Corridor refuses, and the quote stays A's to use."""
+    sa.ensure_account()
+    sa.authenticate()
+    quote = sa.firm_quote("25")
+    other = SendingAnchor(clean_sandbox.url, keypair=Keypair.random(),
+                          client_name="otherSender", client_domain="other.example.com")
+    other.ensure_account()
+    other.authenticate()
+    sender_id = other.put_customer(type="sep31-sender", memo=new_memo(), fields=SENDER_FIELDS)
+    receiver_id = other.put_customer(type="sep31-receiver", memo=new_memo(),
+                                     fields=receiver())
+    transaction_id = other.create_transaction(amount=quote["sell_amount"],
+                                              sender_id=sender_id, receiver_id=receiver_id,
+                                              quote_id=quote["id"])
+
+    tx = until_status(transaction_id, "pending_sender", "error")
+
+    assert tx["status"] == "error", f"SA-B redeemed SA-A's quote: {tx['status']}"
+    assert "was given to another party" in tx.get("message", "")
+    stored = FirmQuote.objects.get(quote_id=quote["id"])
+    assert (stored.used_at, stored.transaction_id) == (None, "")
+    assert not WithdrawalRequest.objects.filter(transaction_id=transaction_id).exists()
+
+
+def test_a_receiver_rejected_after_acceptance_is_not_paid(sa, clean_sandbox):
+    """The operator's confirmation page says "no payout to it will be made"
+    (customers.review_preview). The receiver was ACCEPTED when the transaction was
+    decided and funds requested; an operator rejects it before the USDC arrives: the
+    USDC is verified and booked, and the INR is never paid (a person refunds)."""
+    remittance = sa.start(amount="40", receiver_fields=receiver())
+    until_status(remittance.transaction_id, "pending_sender")
+    customers.review(customer_id=remittance.receiver_id, decision="reject",
+                     note="OPS-25 sanctions hit after acceptance",
+                     operator=User.objects.create_superuser("rita-ops"))
+    sa.finish(remittance)
+
+    request = wait_for(lambda: poller.poll_withdrawals() is not None and
+                       WithdrawalRequest.objects.filter(
+                           transaction_id=remittance.transaction_id,
+                           status__in=["manual_review"]).first() or
+                       WithdrawalPayout.objects.filter(
+                           transaction_id=remittance.transaction_id).first(),
+                       timeout=40, interval=0.3, what="the receive held or paid")
+    for _ in range(3):
+        poller.poll_withdrawals()
+
+    assert sandbox_payouts(clean_sandbox, remittance.transaction_id) == []
+    assert not WithdrawalPayout.objects.filter(transaction_id=remittance.transaction_id).exists()
+    assert "REJECTED" in request.review_reason
+
+
+def test_a_payout_replayed_after_its_receiver_was_rejected_is_not_sent(clean_sandbox):
+    """The guard's replay of an unknown outcome (same key, nothing found by reference)
+    and an operator's new attempt are payments too: each re-checks the receiver."""
+    receiver_row = Customer.objects.create(account="GSA", memo="7", memo_type="id",
+                                           type="sep31-receiver", review="rejected",
+                                           message="sanctions")
+    _, fund_account_id = guard.provider().register_beneficiary(
+        beneficiary=Beneficiary(name="Asha Verma", kind="bank_account",
+                                account_number=unique_account_number(), ifsc="HDFC0001234"),
+        reference="replay-after-reject")
+    request = WithdrawalRequestFactory(kind="receive", customer_id=receiver_row.id,
+                                       status="funds_verified", fund_account_id=fund_account_id)
+    payout = WithdrawalPayoutFactory(transaction_id=request.transaction_id,
+                                     status="processing", amount_paise=request.amount_out_paise,
+                                     fund_account_id=fund_account_id)
+    PayoutAttemptFactory(payout=payout, number=1, provider_payout_id="")
+
+    after = guard.payout_resume(payout=payout)
+
+    assert sandbox_payouts(clean_sandbox, request.transaction_id) == []
+    assert after.status == "manual_review" and "REJECTED" in after.last_error
+
+
+@pytest.mark.django_db(transaction=False)
+def test_an_operator_cannot_pay_a_rejected_receiver_again():
+    """An operator's new attempt after a failed payout is a payment too: refused, with
+    the reason on the confirmation page, while the receiver is rejected."""
+    from common.console import OperationRefused
+    from payouts import operations
+
+    receiver_row = Customer.objects.create(account="GSA", memo="8", memo_type="id",
+                                           type="sep31-receiver", review="rejected",
+                                           message="sanctions")
+    request = WithdrawalRequestFactory(kind="receive", customer_id=receiver_row.id,
+                                       status="funds_verified")
+    payout = WithdrawalPayoutFactory(transaction_id=request.transaction_id, status="failed")
+    PayoutAttemptFactory(payout=payout, number=1, provider_status="failed")
+
+    preview = operations.payout_new_attempt_preview(payout_id=payout.pk)
+    with pytest.raises(OperationRefused, match="may not be paid"):
+        operations.payout_new_attempt(payout_id=payout.pk, note="OPS-25 retry",
+                                      operator=User.objects.create_superuser("nina-ops"))
+
+    assert "REJECTED" in preview.refusal
+    assert WithdrawalPayout.objects.get(pk=payout.pk).attempts == 1

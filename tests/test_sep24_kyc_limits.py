@@ -230,3 +230,32 @@ def test_a_customer_with_kyc_withdraws_only_to_an_account_in_their_own_name(clea
 
     assert stranger.status_code == 400 and "your own name" in error_text(stranger)
     assert own.status_code == 200 and "You receive" in own.text
+
+
+def test_a_withdrawal_above_the_threshold_is_not_paid_once_its_customer_is_rejected(
+        settings):
+    """Issue 25 §4: the gate let the withdrawal through (KYC given, not rejected); an
+    operator rejects the customer before the USDC is paid out. The claim re-reads the
+    customer: the request goes to review, no payout row is written, nothing is paid."""
+    from payouts import guard
+    from payouts.models import WithdrawalPayout, WithdrawalRequest
+    from tests.factories import CustomerFactory, CustomerVolumeFactory, WithdrawalRequestFactory
+
+    settings.KYC_SEP24_THRESHOLD_INR = Decimal("500")
+    person = CustomerFactory(type=customers.SEP24, review="rejected", message="fraud ring")
+    request = WithdrawalRequestFactory(status="funds_verified")  # ₹798.00
+    CustomerVolumeFactory(transaction_id=request.transaction_id, customer=person,
+                          kind="withdraw", amount_inr=request.amount_out)
+
+    with pytest.raises(guard.NotPayable, match="rejected"):
+        guard.payout_claim(request=request)
+
+    assert not WithdrawalPayout.objects.filter(transaction_id=request.transaction_id).exists()
+    held = WithdrawalRequest.objects.get(pk=request.pk)
+    assert held.status == "manual_review" and "fraud ring" in held.review_reason
+    # Below the threshold the gate never asked for KYC, and the claim does not either.
+    settings.KYC_SEP24_THRESHOLD_INR = Decimal("50000")
+    small = WithdrawalRequestFactory(status="funds_verified")
+    CustomerVolumeFactory(transaction_id=small.transaction_id, customer=person,
+                          kind="withdraw", amount_inr=small.amount_out)
+    assert guard.payout_claim(request=small) is not None

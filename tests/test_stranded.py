@@ -582,3 +582,24 @@ def test_an_open_deposit_refund_past_its_threshold_is_stranded(settings):
         updated_at=timezone.now() - timedelta(seconds=61))
 
     assert stranded_counts() == {**ZERO, "deposit_refund_open": 1}
+
+
+@pytest.mark.django_db(transaction=False)
+@pytest.mark.parametrize("refund_status", ["completed", "failed", "manual_review", "requested"])
+def test_a_deposit_refunded_in_rupees_before_any_release_is_not_stranded(settings,
+                                                                         refund_status):
+    """Issue 25 §4: money with an owner is not stranded. A paid, notified deposit whose
+    INR went back through Razorpay before any release: the refund owns it (open:
+    ``deposit_refund_open`` counts it once past its own threshold; failed or in review:
+    the queue; completed: settled), never ``confirmed_not_released`` for ever."""
+    settings.STRANDED_RELEASE_S = 60
+    settings.STRANDED_REFUND_S = 3600
+    long_ago = timezone.now() - timedelta(hours=2)
+    payment = DepositPaymentFactory(confirmation="confirmed", confirmed_at=long_ago,
+                                    ap_notified_at=long_ago)
+    assert stranded_counts() == {**ZERO, "confirmed_not_released": 1}
+
+    DepositRefundFactory(transaction_id=payment.transaction_id,
+                         payment_id=payment.payment_id, status=refund_status)
+
+    assert stranded_counts() == ZERO

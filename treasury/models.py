@@ -6,11 +6,12 @@
   books, outside, in flight, difference; amounts as strings of Decimal).
 - ``recon_breaks``: a difference between the books and the outside, one row per
   ``key`` (``source:kind:reference``), kept across runs: a rerun that sees it again
-  updates its evidence (``last_run``), a rerun that no longer sees it marks it
-  ``cleared`` (a settlement that arrived late). ``open`` breaks are in the operators'
-  queue (kind ``break``); an operator closes one as ``explained`` (with an adjusting
-  entry in the ledger, ``adjusting_key``, audited) or ``fixed`` (its cause mended
-  outside), with a note.
+  updates its evidence (``last_run``), a rerun that compared its subject and no longer
+  sees it marks it ``cleared`` (a settlement that arrived late); one that could not
+  compare it (busy, in a grace, past the look-back) leaves it as it is. ``open``
+  breaks are in the operators' queue (kind ``break``); an operator closes one as
+  ``explained`` (with an adjusting entry in the ledger, ``adjusting_key``, audited) or
+  ``fixed`` (its cause mended outside), with a note.
 """
 
 from __future__ import annotations

@@ -48,7 +48,11 @@ only while nothing is in flight on the account (a release or refund submitting, 
 running), else reported as not compared. XLM (channels' fees) is reported, not booked.
 
 A Razorpay or Horizon read that fails fails the run (status ``failed``, no break
-changed): a missing answer is never a missing payment.
+changed): a missing answer is never a missing payment. A run that could not compare a
+subject (an account busy with money in flight, a payout inside the statement's grace,
+a payment or refund older than the look-back, a row no longer read) never clears,
+closes or archives its breaks: each source names the break keys it did compare
+(``covered``), and only a covered break no longer seen is cleared (issue 25 §4).
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from stellar_sdk import Asset
 
@@ -98,6 +103,11 @@ class Found:
         return f"{self.source}:{self.kind}:{self.reference}"[:200]
 
 
+def _keys(source: str, reference: str, *kinds: str) -> set[str]:
+    """The break keys ``source`` compared for ``reference`` (``Found.key``'s shape)."""
+    return {f"{source}:{kind}:{reference}"[:200] for kind in kinds}
+
+
 def _rupees(paise: int | None) -> Decimal:
     return chart.rupees(paise or 0)
 
@@ -108,7 +118,7 @@ def _day_start(day: date) -> datetime:
 
 # --- Razorpay settlements -------------------------------------------------------------
 
-def _razorpay(day: date, counts: dict) -> list[Found]:
+def _razorpay(day: date, counts: dict, covered: set[str]) -> list[Found]:
     found: list[Found] = []
     lookback = settings.TREASURY_RECON_LOOKBACK_DAYS
     # Razorpay's days are Asia/Kolkata's (UTC+5:30): the UTC day's rows may sit on the next.
@@ -119,6 +129,8 @@ def _razorpay(day: date, counts: dict) -> list[Found]:
     for row in rows:
         if row.settlement_id:
             per_settlement.setdefault(row.settlement_id, []).append(row)
+        covered |= _keys("razorpay", row.entity_id, K.MISSING_IN_BOOKS, K.AMOUNT_DIFFERS,
+                         K.MISSING_OUTSIDE)
         if row.type == "refund":
             found += _refund_row(row)
             continue
@@ -142,6 +154,7 @@ def _razorpay(day: date, counts: dict) -> list[Found]:
                               amount=_rupees(row.amount_paise), fee=_rupees(row.fee_paise),
                               tax=_rupees(row.tax_paise))
     for settlement_id, items in per_settlement.items():
+        covered |= _keys("razorpay", settlement_id, K.AMOUNT_DIFFERS)
         settled = rzp.settlement(settlement_id)
         expected = sum(item.net_paise for item in items)
         if settled.amount_paise != expected:
@@ -158,6 +171,15 @@ def _razorpay(day: date, counts: dict) -> list[Found]:
     due = DepositPayment.objects.filter(
         confirmation=DepositPayment.Confirmation.CONFIRMED, captured_at__lt=now - window,
         captured_at__gte=since)
+    # Compared: every payment and refund of the look-back (one not confirmed, or not
+    # processed, owes no settlement row); one older is not read, and keeps its break.
+    for reference in DepositPayment.objects.filter(captured_at__gte=since).values_list(
+            "payment_id", flat=True):
+        covered |= _keys("razorpay", reference, K.MISSING_OUTSIDE)
+    for reference in DepositRefund.objects.filter(refund_id__isnull=False).filter(
+            Q(processed_at__isnull=True) | Q(processed_at__gte=since)).values_list(
+            "refund_id", flat=True):
+        covered |= _keys("razorpay", reference, K.MISSING_OUTSIDE)
     for payment in due:
         if not chart.posted(chart.settled_key(payment.payment_id)):
             found.append(Found(
@@ -208,7 +230,7 @@ def _refund_row(row: rzp.ReconItem) -> list[Found]:
 
 # --- RazorpayX statement and balance --------------------------------------------------
 
-def _razorpayx(day: date, counts: dict, balances: dict) -> list[Found]:
+def _razorpayx(day: date, counts: dict, balances: dict, covered: set[str]) -> list[Found]:
     found: list[Found] = []
     since = _day_start(day - timedelta(days=settings.TREASURY_RECON_LOOKBACK_DAYS))
     now = timezone.now()
@@ -222,6 +244,9 @@ def _razorpayx(day: date, counts: dict, balances: dict) -> list[Found]:
             continue
         payout = WithdrawalPayout.objects.filter(provider_payout_id=row.payout_id or "").first()
         charged = _rupees(row.debit_paise + row.fees_paise)
+        covered |= _keys("razorpayx", row.payout_id or row.transaction_id, K.MISSING_IN_BOOKS,
+                         K.AMOUNT_DIFFERS, K.UTR_DIFFERS, K.MISSING_OUTSIDE)
+        covered |= _keys("razorpayx", f"reversal:{row.payout_id}", K.MISSING_IN_BOOKS)
         if row.kind == "payout":
             listed.add(row.payout_id or "")
             if payout is None:
@@ -266,6 +291,13 @@ def _razorpayx(day: date, counts: dict, balances: dict) -> list[Found]:
                                     "transaction_id": payout.transaction_id}, row.raw))
                 delta += credit
     grace = now - timedelta(seconds=settings.TREASURY_STATEMENT_GRACE_S)
+    # Compared: every payout of the look-back but a paid one still inside the grace
+    # (one not completed is owed no statement row); one older is not read.
+    for payout in WithdrawalPayout.objects.filter(updated_at__gte=since).exclude(
+            status=WithdrawalPayout.Status.COMPLETED, updated_at__gte=grace).only(
+            "provider_payout_id", "transaction_id"):
+        covered |= _keys("razorpayx", payout.provider_payout_id or payout.transaction_id,
+                         K.MISSING_OUTSIDE)
     for payout in WithdrawalPayout.objects.filter(
             status=WithdrawalPayout.Status.COMPLETED, updated_at__gte=since,
             updated_at__lt=grace).exclude(provider_payout_id__in=listed):
@@ -280,6 +312,7 @@ def _razorpayx(day: date, counts: dict, balances: dict) -> list[Found]:
     # that part of it explains the balance no more.
     delta -= _adjusted([item.key for item in found])
     outside = _rupees(rzpx.balance().amount_paise)
+    covered |= _keys("razorpayx", chart.RAZORPAYX_CURRENT, K.BALANCE_DIFFERS)
     books = ledger.balance(account=chart.RAZORPAYX_CURRENT, currency="INR")
     left = outside - (books - in_flight + delta)
     balances["razorpayx:current INR"] = _balance(books, outside, in_flight, delta, left)
@@ -338,7 +371,7 @@ def _plain(value) -> str:
 
 # --- Horizon ----------------------------------------------------------------------------
 
-def _horizon(counts: dict, balances: dict) -> list[Found]:
+def _horizon(counts: dict, balances: dict, covered: set[str]) -> list[Found]:
     found: list[Found] = []
     usdc = stellar.usdc()
     distribution = stellar.distribution_keypair().public_key
@@ -350,6 +383,8 @@ def _horizon(counts: dict, balances: dict) -> list[Found]:
     left = chain - books - unaccounted
     balances["stellar:distribution USDC"] = {
         **_balance(books, chain, unaccounted, ZERO, left), "compared": not busy}
+    if not busy:  # busy: not compared, its break stays as it is
+        covered |= _keys("horizon", distribution, K.BALANCE_DIFFERS)
     if left and not busy:
         found.append(Found("horizon", K.BALANCE_DIFFERS, distribution, chart.DISTRIBUTION,
                            "USDC", left, {"balance": str(books),
@@ -361,6 +396,8 @@ def _horizon(counts: dict, balances: dict) -> list[Found]:
     hub_busy = Saga.objects.filter(status__in=Saga.OPEN_STATUSES).exists()
     balances["hub USDC"] = {**_balance(hub_books, hub_chain, ZERO, ZERO, hub_chain - hub_books),
                             "compared": not hub_busy}
+    if not hub_busy:
+        covered |= _keys("horizon", hub, K.BALANCE_DIFFERS)
     if hub_chain != hub_books and not hub_busy:
         found.append(Found("horizon", K.BALANCE_DIFFERS, hub, "hub", "USDC",
                            hub_chain - hub_books, {"balance": str(hub_books)},
@@ -397,16 +434,18 @@ def reconcile(day: date | None = None, *, trigger: str = "beat", operator: str =
     """Run every comparison for ``day`` (default: today, UTC) and store the breaks;
     returns the run (``status`` done, or failed with ``error`` when a provider could
     not be read: no break is changed then). Idempotent: a rerun refreshes the same
-    breaks (by key) and clears those no longer seen."""
+    breaks (by key) and clears those no longer seen among the ones it compared (a
+    break whose subject this run did not compare stays as it is)."""
     day = day or timezone.now().date()
     run = ReconRun.objects.create(day=day, trigger=trigger, operator=operator)
     found: list[Found] = []
     counts: dict = {}
     balances: dict = {}
+    covered: set[str] = set()
     try:
-        found += _razorpay(day, counts)
-        found += _razorpayx(day, counts, balances)
-        found += _horizon(counts, balances)
+        found += _razorpay(day, counts, covered)
+        found += _razorpayx(day, counts, balances, covered)
+        found += _horizon(counts, balances, covered)
     except (rzp.RazorpayError, stellar.HorizonUnavailable) as exc:
         log.warning("reconciliation %s failed: %s", day, exc)
         ReconRun.objects.filter(pk=run.pk).update(
@@ -434,14 +473,19 @@ def reconcile(day: date | None = None, *, trigger: str = "beat", operator: str =
             if current.status == Break.Status.CLEARED:
                 values["status"] = Break.Status.OPEN
             Break.objects.filter(pk=current.pk).update(updated_at=timezone.now(), **values)
-        Break.objects.filter(status=Break.Status.OPEN).exclude(key__in=seen).update(
+        # Only what this run compared and no longer saw is over; a break whose subject
+        # it could not compare (busy, in the grace, past the look-back) stays as it is.
+        gone = [pk for pk, key in Break.objects.filter(status=Break.Status.OPEN).exclude(
+            key__in=seen).values_list("pk", "key") if key in covered]
+        Break.objects.filter(pk__in=gone).update(
             status=Break.Status.CLEARED, resolution="no longer seen by the reconciliation",
             resolved_at=timezone.now(), last_run=run, updated_at=timezone.now())
         # A closed break no longer seen is over: the next difference under its key (a
         # balance break's key is the account's) is a new break, not this closed one.
         for closed in Break.objects.filter(status__in=CLOSED).exclude(key__in=seen).exclude(
                 key__contains="#"):
-            _archive(closed)
+            if closed.key in covered:
+                _archive(closed)
         counts["breaks"] = len(found)
         ReconRun.objects.filter(pk=run.pk).update(
             status=ReconRun.Status.DONE, finished_at=timezone.now(), counts=counts,

@@ -449,6 +449,9 @@ DEPOSIT_REFUND_GUARD = True
 # --- Operations endpoints (corridor/views.py, corridor/metrics.py) ---
 # Per-dependency timeout of GET /health/ready (the checks run concurrently).
 READINESS_TIMEOUT_S = env.float("READINESS_TIMEOUT_S", default=2.0)
+# Seconds a process keeps the results of readiness's third-party checks (Horizon, AP,
+# Razorpay): an anonymous GET /health/ready calls each at most once per period.
+READINESS_CACHE_S = env.float("READINESS_CACHE_S", default=30.0)
 # Bearer token of GET /metrics ("Authorization: Bearer <token>"). Empty: open in
 # development; in production an empty token refuses every scrape.
 METRICS_TOKEN = env("METRICS_TOKEN", default="")

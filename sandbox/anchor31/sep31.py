@@ -44,13 +44,14 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from stellar_sdk import StrKey
 
+from common import devkeys
 from sandbox.anchor31 import machine, stellar
 from sandbox.anchor31.models import Sep31Payment, Sep31Refund, Sep31Transaction
 from sandbox.control import faults
 from sandbox.keys import ANCHOR31, USDC_ISSUER
 
 DB = "sandbox"
-TOKEN_PREFIX = "sandbox-sep31:"
+TOKEN_PREFIX = devkeys.SANDBOX_ANCHOR31_TOKEN_PREFIX  # production refuses it (E003)
 MIN_AMOUNT = Decimal("0.01")
 MAX_AMOUNT = Decimal("1000000")
 FEE = Decimal("0")

@@ -52,6 +52,7 @@ from decimal import Decimal
 from stellar_sdk import Asset, Keypair, MuxedAccount, StrKey, xdr
 from stellar_sdk.exceptions import BadSignatureError
 
+from common import devkeys
 from sandbox.horizon import models
 
 DB = "sandbox"
@@ -231,8 +232,9 @@ def network_id(passphrase: str) -> bytes:
 
 def root_keypair(passphrase: str) -> Keypair:
     """The network's root account: seed = sha256(passphrase), as on every Stellar
-    network (stellar-core ``SecretKey::fromSeed(networkID)``)."""
-    return Keypair.from_raw_ed25519_seed(network_id(passphrase))
+    network (stellar-core ``SecretKey::fromSeed(networkID)``; common/devkeys.py, whose
+    seeds production refuses)."""
+    return devkeys.network_root_keypair(passphrase)
 
 
 # --- assets ----------------------------------------------------------------------

@@ -130,6 +130,7 @@ from django.db import IntegrityError, close_old_connections, connections, transa
 from stellar_sdk import Account as SdkAccount
 from stellar_sdk import Asset, Keypair, TransactionBuilder
 
+from common import devkeys
 from common.locks import xact_lock
 from sandbox.control import faults
 from sandbox.horizon import core, models
@@ -140,11 +141,11 @@ log = logging.getLogger(__name__)
 DB = "sandbox"
 _LOCK_KEY = 0x484F52495A4E  # pg advisory lock: exclusive for closes/reset, shared for submits
 
-CHANNELS = [f"channel-{n}" for n in range(1, 5)]
+CHANNELS = list(devkeys.SANDBOX_CHANNEL_NAMES)
 WORLD_XLM = "10000"
 DISTRIBUTION_USDC = "10000000"
 FRIENDBOT_XLM = "10000"
-MINIONS = [f"friendbot-minion-{n}" for n in range(1, 9)]
+MINIONS = list(devkeys.SANDBOX_MINION_NAMES)
 MINION_XLM = "100000000"
 
 FAULT_504_AFTER_APPLY = "horizon.submit_504_after_apply"
