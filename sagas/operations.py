@@ -88,11 +88,17 @@ def _stop(saga_id: int) -> _Stop:
 
 
 def _reopen(stop: _Stop, *, status: str, run: bool, event: str, operator, note: str,
-            detail: dict, step_sql: tuple[str, list] | None = None) -> None:
-    """The one transaction of every saga action (see the module docstring)."""
+            detail: dict, step_sql: tuple[str, list] | None = None,
+            system: str | None = None) -> None:
+    """The one transaction of every saga action (see the module docstring).
+    ``system``: the actor when Corridor itself acts (``system:<name>``, no operator);
+    its change also needs the reason it decided on to be the saga's still."""
     idx = stop.step.idx if stop.step is not None else None
     with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(_REOPEN, {"status": status, "run": run, "id": stop.saga.pk})
+        sql = _REOPEN if system is None else _REOPEN.replace(
+            "AND status = 'manual_review'", "AND status = 'manual_review' AND error = %(was)s")
+        cur.execute(sql, {"status": status, "run": run, "id": stop.saga.pk,
+                          "was": stop.saga.error})
         row = cur.fetchone()
         if row is None:
             raise OperationRefused("the saga changed since it was checked")
@@ -100,15 +106,18 @@ def _reopen(stop: _Stop, *, status: str, run: bool, event: str, operator, note: 
             cur.execute(*step_sql)
             if cur.rowcount != 1:
                 raise OperationRefused("the step changed since it was checked")
-        name = operator_name(operator)
+        name = system or operator_name(operator)
+        who = {"actor": name} if system else {"operator": name}
         cur.execute(
             "INSERT INTO saga_events (saga_id, idx, event, detail, worker, fence) "
             "VALUES (%s, %s, %s, %s::jsonb, %s, %s)",
             [stop.saga.pk, idx, event,
-             json.dumps({"operator": name, "note": note, "from": S.MANUAL_REVIEW,
+             json.dumps({**who, "note": note, "from": S.MANUAL_REVIEW,
                          "to": status, "reason": stop.saga.error, **detail},
                         cls=DjangoJSONEncoder),
-             f"operator:{name}", row[0]])
+             system or f"operator:{name}", row[0]])
+        if system is not None and run:
+            engine._enqueue_after_commit(stop.saga.pk, 0.0)
 
 
 def _drive(saga_id: int, operator) -> Saga:
@@ -296,3 +305,51 @@ def saga_close(*, saga_id: int, outcome: str, operator, note: str) -> Saga:
             note=note, detail={"outcome": outcome,
                                "steps": {s.idx: s.status for s in stop.steps}})
     return Saga.objects.get(pk=saga_id)
+
+
+# --- Corridor itself: money that arrived after the saga stopped waiting -------------------
+
+def saga_auto_compensate(*, saga_id: int, actor: str, reason_was: str, note: str,
+                         evidence: dict) -> bool:
+    """``manual_review`` -> ``compensating`` by Corridor itself (``actor``, e.g.
+    ``system:late-money``), as ``saga_compensate`` does for an operator: one conditional
+    UPDATE that succeeds only while the saga is still in manual_review for the very
+    reason ``reason_was`` that the evidence resolves, and one ``saga_events`` row
+    (``auto.compensate``, worker ``actor``, detail: the note, the reason and
+    ``evidence``), in one transaction; its run is enqueued after the commit (the resume
+    sweep picks it up otherwise). An operator who acted first wins: False, nothing
+    written."""
+    try:
+        stop = _stop(saga_id)
+        if stop.saga.error != reason_was:
+            return False
+        _reopen(stop, status=S.COMPENSATING, run=True, event="auto.compensate",
+                operator=None, note=note, system=actor,
+                detail={"stopped_while": stop.direction, "evidence": evidence})
+    except OperationRefused:
+        return False
+    return True
+
+
+def saga_review_evidence(*, saga_id: int, actor: str, reason_was: str, reason: str,
+                         evidence: dict) -> bool:
+    """Replace the review reason of a saga in ``manual_review`` with ``reason`` (what
+    the evidence says now, so the queue never states what the chain contradicts), only
+    while it is still ``reason_was``; one ``saga_events`` row ``review.evidence``
+    (worker ``actor``, detail: both reasons and ``evidence``) in the same transaction.
+    The saga stays where it is. False (nothing written) when the saga moved on."""
+    if reason == reason_was:
+        return False
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("UPDATE sagas SET error = %s WHERE id = %s AND status = 'manual_review' "
+                    "AND error = %s RETURNING fence", [reason, saga_id, reason_was])
+        row = cur.fetchone()
+        if row is None:
+            return False
+        cur.execute(
+            "INSERT INTO saga_events (saga_id, idx, event, detail, worker, fence) "
+            "VALUES (%s, NULL, 'review.evidence', %s::jsonb, %s, %s)",
+            [saga_id, json.dumps({"actor": actor, "from": reason_was, "to": reason,
+                                  "evidence": evidence}, cls=DjangoJSONEncoder),
+             actor, row[0]])
+    return True

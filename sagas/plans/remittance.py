@@ -31,7 +31,11 @@ their compensations::
     3 anchor.payout  poll the anchor (Pending between polls): ``completed`` -> done;
                      ``refunded`` (or ``error`` with a refund) -> NonRetryableError;
                      ``error`` with no refund (REMITTANCE_ERROR_REFUND_GRACE_S after
-                     funding) -> ManualReviewError (funded: a person decides);
+                     funding): a refund on chain under the memo -> NonRetryableError;
+                     none, on a Horizon history that reaches the grace's end ->
+                     ManualReviewError with the evidence (funded: a person decides,
+                     unless the refund arrives later: sagas/latemoney.py compensates);
+                     history not there yet -> wait;
                      unreachable -> retry, then ManualReviewError
                      anchor.payout   USDC  anchor:anchor31 -X  fx:USDC-INR +X
                                      INR   payable:beneficiaries +Y   fx:USDC-INR -Y
@@ -55,6 +59,7 @@ as the sandbox takes any non-empty id (no SEP-12 ``PUT /customer`` yet).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -114,9 +119,45 @@ def _held_for_partner(ctx: LegContext) -> Decimal:
     return -(total or Decimal(0))
 
 
+@dataclass(frozen=True)
+class ChainRefunds:
+    """The anchor's refunds of one funding as Horizon's history shows them: every
+    successful USDC payment anchor -> hub under the funding's memo (``refunds``), and
+    the history height the read covers (``ledger``, ``closed_at``: read before it)."""
+
+    refunds: list[stellar.Transfer]
+    ledger: int
+    closed_at: datetime
+
+    @property
+    def total(self) -> Decimal:
+        return sum((t.amount for t in self.refunds), Decimal(0))
+
+    def describe(self) -> str:
+        seen = ", ".join(f"{t.tx_hash} {t.amount} USDC at {t.created_at}"
+                         for t in self.refunds) or "none"
+        return (f"refunds on chain from the anchor under its memo: {seen} (Horizon's "
+                f"history as of ledger {self.ledger}, closed {self.closed_at.isoformat()})")
+
+
+def chain_refunds(fund: dict[str, Any], *, cursor: str) -> ChainRefunds:
+    """The anchor's refunds on chain for the ``anchor.fund`` output (or intent) ``fund``
+    (its ``account`` and ``memo``), from Horizon's root (the height) and then the hub's
+    payments after ``cursor``. Raises stellar.HorizonUnavailable."""
+    address = hub.hub_address()
+    ledger, closed_at = stellar.history_height()
+    refunds = [t for t in stellar.find_transfers_by_reference(address, fund["memo"], cursor)
+               if t.source == fund["account"] and t.destination == address
+               and t.asset == stellar.usdc_asset_id()]
+    return ChainRefunds(refunds, ledger, closed_at)
+
+
 def _since_compensating(ctx: LegContext) -> datetime:
-    event = SagaEvent.objects.filter(saga_id=ctx.saga.id, event="saga.compensating") \
-        .order_by("id").first()
+    """When this compensation started: the saga's ``saga.compensating``, or the later
+    ``auto.compensate`` that reopened it once its late refund was confirmed."""
+    event = SagaEvent.objects.filter(saga_id=ctx.saga.id,
+                                     event__in=["saga.compensating", "auto.compensate"]) \
+        .order_by("-id").first()
     return event.at if event else timezone.now()
 
 
@@ -271,15 +312,11 @@ class AnchorFund(Leg):
     def compensate(self, ctx: LegContext, output: dict[str, Any]) -> LegOutcome | Pending:
         """Book the anchor's refund (anchor -> hub, same memo) once it is on chain."""
         funded = Decimal(output["amount"])
-        address = hub.hub_address()
         try:
-            refunds = [t for t in stellar.find_transfers_by_reference(
-                address, output["memo"], ctx.stellar_cursor)
-                if t.source == output["account"] and t.destination == address
-                and t.asset == stellar.usdc_asset_id()]
+            seen = chain_refunds(output, cursor=ctx.stellar_cursor)
         except stellar.HorizonUnavailable as exc:
             return self._wait(ctx, f"Horizon: {exc}")
-        received = sum((t.amount for t in refunds), Decimal(0))
+        refunds, received = seen.refunds, seen.total
         bookings = [Booking("anchor.refund", [Line(HUB, USDC, t.amount),
                                               Line(ANCHOR, USDC, -t.amount)],
                             reference=t.tx_hash) for t in refunds]
@@ -292,7 +329,8 @@ class AnchorFund(Leg):
         if received < funded:
             fee = self._refund_fee(output, received)
             if fee is None:
-                return self._wait(ctx, f"refund {received} of {funded} seen on chain")
+                return self._wait(ctx, f"refund {received} of {funded} seen on chain; "
+                                       f"{seen.describe()}")
         if fee:
             bookings.append(Booking("anchor.refund_fee", [Line(ANCHOR, USDC, -fee),
                                                           Line(_partner(ctx), USDC, fee)]))
@@ -336,6 +374,7 @@ class AnchorPayout(Leg):
 
     def forward(self, ctx: LegContext) -> LegOutcome | Pending:
         fund = ctx.output_of("anchor.fund")
+        read_at = timezone.now()
         try:
             tx = anchor31.get_transaction(fund["anchor_tx_id"])
         except anchor31.AnchorError as exc:
@@ -363,15 +402,55 @@ class AnchorPayout(Leg):
             # rejected it just before our payment landed refunds that payment): give the
             # refund a grace period before calling it "no refund".
             grace = funded_at + timedelta(seconds=settings.REMITTANCE_ERROR_REFUND_GRACE_S)
-            if timezone.now() <= grace:
+            if read_at <= grace:
                 return Pending(settings.REMITTANCE_ANCHOR_POLL_S,
                                f"anchor: error, waiting for a refund until {grace.isoformat()}")
-            raise ManualReviewError(f"the anchor failed a payout it was funded for, with no "
-                                    f"refund: {message}".strip())
+            return self._no_refund(ctx, fund, message=message, read_at=read_at, grace=grace)
         deadline = funded_at + timedelta(seconds=settings.REMITTANCE_PAYOUT_DEADLINE_S)
         if timezone.now() > deadline:
             raise ManualReviewError(f"the anchor is still {status} past {deadline.isoformat()}")
         return Pending(settings.REMITTANCE_ANCHOR_POLL_S, f"anchor: {status}")
+
+
+    @staticmethod
+    def _no_refund(ctx: LegContext, fund: dict[str, Any], *, message: str,
+                   read_at: datetime, grace: datetime) -> Pending:
+        """The anchor's record said ``error`` with no refund at ``read_at``, past the
+        grace ``grace``. "No refund by ``grace``" is decided only on evidence that covers
+        that moment (issue 25 §1): the chain is read too, from a Horizon whose history
+        (root's ``history_latest_ledger_closed_at``, read first) reaches ``grace``. A
+        refund on chain the anchor's record does not show yet -> NonRetryableError (the
+        compensation books it and waits for the record where it must); history not
+        there yet -> wait, up to REMITTANCE_PAYOUT_DEADLINE_S after the funding, then
+        stop saying what is not proven. A refund that lands after the decision is the
+        late-money sweep's (sagas/latemoney.py). Raises ManualReviewError with the
+        evidence."""
+        poll = settings.REMITTANCE_ANCHOR_POLL_S
+        try:
+            seen = chain_refunds(fund, cursor=ctx.stellar_cursor)
+        except stellar.HorizonUnavailable as exc:
+            return Pending(poll, f"anchor: error; Horizon unreadable to look for its "
+                                 f"refund: {exc}")
+        record = (f"the anchor's record read at {read_at.isoformat()}: error, refunds "
+                  f"none ({message or 'no message'})")
+        if seen.refunds:
+            raise NonRetryableError(f"the anchor refunded {seen.total} USDC on chain while "
+                                    f"its record still said error; {seen.describe()}")
+        if seen.closed_at >= grace:
+            raise ManualReviewError(
+                f"the anchor failed a payout it was funded for, with no refund: {message}; "
+                f"evidence: {record}; {seen.describe()}; grace ended {grace.isoformat()}"
+                .replace(": ;", ":"))
+        give_up = datetime.fromisoformat(fund["funded_at"]) + timedelta(
+            seconds=settings.REMITTANCE_PAYOUT_DEADLINE_S)
+        if timezone.now() > give_up:
+            raise ManualReviewError(
+                f"the anchor failed a payout it was funded for; whether it refunded is not "
+                f"proven: Horizon's history stayed before {grace.isoformat()}: {record}; "
+                f"{seen.describe()}")
+        return Pending(poll, f"anchor: error; Horizon's history (ledger {seen.ledger}, "
+                             f"closed {seen.closed_at.isoformat()}) does not reach "
+                             f"{grace.isoformat()} yet")
 
 
 REMITTANCE = register(Plan("remittance", (BridgeFill(), FxConvert(), AnchorFund(),
