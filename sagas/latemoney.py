@@ -26,6 +26,13 @@ manual_review for one of those reasons (``awaiting_sql``, served by the partial 
 
 An operator who acted first wins: both writes are conditional on the saga still being
 in manual_review for the reason this run read.
+
+The same run looks at the remittances that expired unfunded (``bridge.fill``: "not
+funded by ..."; ended ``compensated`` within LATE_MONEY_FUNDING_WINDOW_S,
+``expired_sql``, index ``sagas_compensated_idx``, newest first): a partner payment
+under the reference that arrived anyway is matched and returned (``late_funding_check``).
+Each candidate costs one Horizon read of the hub's payments after the saga's cursor;
+past LATE_MONEY_BATCH candidates a run reads the newest only.
 """
 
 from __future__ import annotations
@@ -40,7 +47,9 @@ from django.db import connection
 from django.utils import timezone
 
 from anchor import stellar
-from sagas import anchor31, operations
+from ledger import services as ledger
+from ledger.services import Line
+from sagas import anchor31, hub, operations
 from sagas.models import Saga, SagaStep
 from sagas.plans import remittance
 
@@ -62,23 +71,88 @@ def awaiting_sql(*, limit: int | None = None) -> tuple[str, list]:
             [AWAITING_REFUND, limit or settings.LATE_MONEY_BATCH])
 
 
+def expired_sql(*, limit: int | None = None) -> tuple[str, list]:
+    """(sql, params): ids of remittances that ended ``compensated`` within
+    LATE_MONEY_FUNDING_WINDOW_S, newest first (``late_funding_check`` then reads
+    whether it was their funding that expired). Served by ``sagas_compensated_idx``;
+    registered in corridor/periodic.py."""
+    return ("SELECT id FROM sagas WHERE status = 'compensated' AND kind = 'remittance' "
+            "AND updated_at > clock_timestamp() - make_interval(secs => %s) "
+            "ORDER BY updated_at DESC LIMIT %s",
+            [settings.LATE_MONEY_FUNDING_WINDOW_S, limit or settings.LATE_MONEY_BATCH])
+
+
 def sweep_late_money() -> dict[str, int]:
     """One run of the sweep (module docstring): {outcome: count}. A saga whose check
     fails (Horizon or the anchor unreachable) is left for the next run."""
-    with connection.cursor() as cur:
-        cur.execute(*awaiting_sql())
-        ids = [row[0] for row in cur.fetchall()]
     counts: dict[str, int] = {}
-    for saga_id in ids:
-        try:
-            outcome = late_refund_check(saga_id=saga_id)
-        except Exception:  # one saga's trouble never stops the others'
-            log.exception("late money: saga %s could not be checked", saga_id)
-            outcome = "failed"
-        counts[outcome] = counts.get(outcome, 0) + 1
-    if ids:
+    for sql, check in ((awaiting_sql(), late_refund_check),
+                       (expired_sql(), late_funding_check)):
+        with connection.cursor() as cur:
+            cur.execute(*sql)
+            ids = [row[0] for row in cur.fetchall()]
+        for saga_id in ids:
+            try:
+                outcome = check(saga_id=saga_id)
+            except Exception:  # one saga's trouble never stops the others'
+                log.exception("late money: saga %s could not be checked", saga_id)
+                outcome = "failed"
+            counts[outcome] = counts.get(outcome, 0) + 1
+    if any(k not in ("skipped", "unchanged") for k in counts):
         log.info("late money: %s", counts)
     return counts
+
+
+def late_funding_check(*, saga_id: int) -> str:
+    """A remittance that expired unfunded (``bridge.fill`` failed "not funded by
+    ..."): look for the partner's payment under its reference on chain now. One
+    payment that matches (source = the partner's account, amount, USDC) ->
+    ``compensating`` (``operations.saga_reopen_funded``: booked as ``bridge.fill`` under
+    its hash in the transaction that reopens the saga; the compensation returns it to
+    the partner through the hub's outbox, once); anything else under the reference ->
+    ``review`` (manual_review with the evidence: a person returns it); nothing ->
+    ``unchanged``; ``skipped`` when the saga is not such a one (or moved on)."""
+    saga = Saga.objects.filter(pk=saga_id, status=Saga.Status.COMPENSATED,
+                               kind="remittance").first()
+    step = SagaStep.objects.filter(saga_id=saga_id, idx=0, kind="bridge.fill").first()
+    if saga is None or step is None or step.status != "failed" \
+            or "not funded by" not in step.error:
+        return "skipped"
+    address = hub.hub_address()
+    try:
+        incoming = [t for t in stellar.find_transfers_by_reference(
+            address, saga.reference, saga.stellar_cursor) if t.destination == address]
+    except stellar.HorizonUnavailable as exc:
+        log.warning("late money: saga %s: %s", saga_id, exc)
+        return "unreadable"
+    if not incoming:
+        return "unchanged"
+    inp = saga.input
+    amount = Decimal(str(inp["amount"]))
+    expected = (inp["partner_account"], amount, stellar.usdc_asset_id())
+    seen = [{"hash": t.tx_hash, "from": t.source, "amount": str(t.amount),
+             "asset": t.asset, "at": t.created_at} for t in incoming]
+    first = incoming[0]
+    if len(incoming) == 1 and (first.source, first.amount, first.asset) == expected:
+        partner = remittance.partner_account(inp["partner"])
+        booking = ledger.EntrySpec(
+            idempotency_key=f"bridge.fill:{first.tx_hash}", kind="bridge.fill",
+            lines=[Line(remittance.HUB, remittance.USDC, amount),
+                   Line(partner, remittance.USDC, -amount)],
+            reference=first.tx_hash, saga_id=saga_id)
+        done = operations.saga_reopen_funded(
+            saga_id=saga_id, actor=ACTOR, idx=0, booking=booking,
+            output={"tx_hash": first.tx_hash, "from": first.source, "amount": str(amount),
+                    "late": True},
+            evidence={**seen[0], "reference": saga.reference, "expired": step.error})
+        return "compensating" if done else "skipped"
+    listed = ", ".join(f"{t.tx_hash} {t.source} {t.amount} {t.asset}" for t in incoming)
+    reason = (f"what arrived under {saga.reference} after the remittance expired "
+              f"({step.error}) does not match it ({inp['partner_account']} {amount} "
+              f"USDC): {listed}; it is on the hub, unbooked: a person returns it")
+    moved = operations.saga_review_late_money(saga_id=saga_id, actor=ACTOR, reason=reason,
+                                              evidence={"payments": seen})
+    return "review" if moved else "skipped"
 
 
 def late_refund_check(*, saga_id: int) -> str:

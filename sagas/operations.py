@@ -40,6 +40,7 @@ from common.console import (
     operator_name,
     require_permission,
 )
+from ledger import services as ledger
 from sagas import engine
 from sagas.models import Saga, SagaEvent, SagaStep
 
@@ -350,6 +351,75 @@ def saga_review_evidence(*, saga_id: int, actor: str, reason_was: str, reason: s
             "INSERT INTO saga_events (saga_id, idx, event, detail, worker, fence) "
             "VALUES (%s, NULL, 'review.evidence', %s::jsonb, %s, %s)",
             [saga_id, json.dumps({"actor": actor, "from": reason_was, "to": reason,
+                                  "evidence": evidence}, cls=DjangoJSONEncoder),
+             actor, row[0]])
+    return True
+
+
+def saga_reopen_funded(*, saga_id: int, actor: str, idx: int, output: dict,
+                       booking: ledger.EntrySpec, evidence: dict) -> bool:
+    """A saga that ended ``compensated`` because step ``idx`` never saw its money (an
+    expired ``bridge.fill``) whose money arrived later: in ONE transaction, book the
+    arrival (``booking``, keyed on its hash), mark the step ``done`` with ``output``,
+    set the saga ``compensating`` (due now, lease free) and write one ``saga_events``
+    row ``auto.late_funding`` (worker ``actor``, detail: ``evidence``); the engine then
+    compensates the step as it would any (the refund to the sender goes through the
+    hub's outbox, once). Conditional on the saga still being ``compensated`` and the
+    step ``failed``; a booking already made (its key replayed) changes nothing. Returns
+    whether it reopened the saga."""
+    fence: list[int] = []
+    try:
+        with transaction.atomic(), connection.cursor() as cur:
+            def reopen(balances=None) -> None:
+                cur.execute(
+                    "UPDATE sagas SET status = 'compensating', wake_at = clock_timestamp(), "
+                    "lease_owner = '', lease_until = NULL, recoveries = 0, error = '', "
+                    "updated_at = clock_timestamp() WHERE id = %s AND status = 'compensated' "
+                    "RETURNING fence", [saga_id])
+                row = cur.fetchone()
+                if row is None:
+                    raise OperationRefused("the saga changed since it was checked")
+                fence.append(row[0])
+
+            ledger.post_many(entries=[booking], precondition=reopen)
+            if not fence:
+                raise OperationRefused(f"{booking.idempotency_key} is booked already")
+            cur.execute(
+                "UPDATE saga_steps SET status = 'done', output = %s::jsonb, error = '', "
+                "updated_at = clock_timestamp() WHERE saga_id = %s AND idx = %s "
+                "AND status = 'failed'",
+                [json.dumps(output, cls=DjangoJSONEncoder), saga_id, idx])
+            if cur.rowcount != 1:
+                raise OperationRefused("the step changed since it was checked")
+            cur.execute(
+                "INSERT INTO saga_events (saga_id, idx, event, detail, worker, fence) "
+                "VALUES (%s, %s, 'auto.late_funding', %s::jsonb, %s, %s)",
+                [saga_id, idx, json.dumps({"actor": actor, "from": S.COMPENSATED,
+                                           "to": S.COMPENSATING, "evidence": evidence},
+                                          cls=DjangoJSONEncoder), actor, fence[0]])
+            engine._enqueue_after_commit(saga_id, 0.0)
+    except OperationRefused:
+        return False
+    return True
+
+
+def saga_review_late_money(*, saga_id: int, actor: str, reason: str, evidence: dict) -> bool:
+    """A ``compensated`` saga whose money arrived later in a way Corridor cannot match
+    on its own: ``manual_review`` with ``reason`` (the arrival's evidence), one
+    ``saga_events`` row ``auto.review`` (worker ``actor``), in one transaction.
+    Conditional on the saga still being ``compensated``; returns whether it moved."""
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("UPDATE sagas SET status = 'manual_review', error = %s, wake_at = NULL, "
+                    "updated_at = clock_timestamp() WHERE id = %s AND status = 'compensated' "
+                    "RETURNING fence", [reason, saga_id])
+        row = cur.fetchone()
+        if row is None:
+            return False
+        cur.execute(
+            "INSERT INTO saga_events (saga_id, idx, event, detail, worker, fence) "
+            "VALUES (%s, NULL, 'auto.review', %s::jsonb, %s, %s)",
+            [saga_id, json.dumps({"actor": actor, "from": S.COMPENSATED,
+                                  "to": S.MANUAL_REVIEW, "reason": reason,
                                   "evidence": evidence}, cls=DjangoJSONEncoder),
              actor, row[0]])
     return True

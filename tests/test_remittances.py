@@ -678,3 +678,69 @@ def test_an_operator_who_acted_first_wins_over_the_late_money_sweep(
     assert kinds(saga_id) == ["bridge.fill", "fx.convert", "anchor.fund"]
     assert transfers(remittance["memo"], source=hub.hub_address(),
                      destination=partner_wallet["account"]) == []
+
+
+def drive_with_sweeps(saga_id: int, status: str, timeout: float = 30.0) -> Saga:
+    """What beat and the workers do together: the saga sweeps, then a run, until the
+    saga is ``status`` (or the time is up); returns the saga."""
+    deadline = time.monotonic() + timeout
+    while Saga.objects.get(pk=saga_id).status != status and time.monotonic() < deadline:
+        saga_beat_sweeps()
+        engine.run(saga_id, "driver", dispatch=False)
+        time.sleep(0.2)
+    return Saga.objects.get(pk=saga_id)
+
+
+def test_a_partner_payment_after_the_funding_deadline_is_booked_and_returned_once(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings):
+    """Issue 25 §1: ``bridge.fill`` gives up at ``fund_by`` + REMITTANCE_FUNDING_GRACE_S
+    and the saga ends compensated (expired); "a payment arriving after the funding
+    deadline is not refunded automatically (it is visible on the hub, unbooked)" broke
+    the books (hub on chain != ledger) and kept the partner's USDC. Now the late
+    payment, matched by memo (the reference), source (the partner's account), amount
+    and asset, is booked in the transaction that reopens the saga, and returned to its
+    sender through the hub's outbox, exactly once, however many sweeps see it."""
+    settings.REMITTANCE_FUNDING_DEADLINE_S = 0.5
+    settings.REMITTANCE_FUNDING_GRACE_S = 0.5
+    remittance = create(api)
+    ends(remittance["id"], S.COMPENSATED)
+    saga_id = remittance["id"]
+    assert "expired" in SagaStep.objects.get(saga_id=saga_id, idx=0).error
+
+    late = partner_pays(corridor_on_sandbox, remittance)  # after Corridor stopped waiting
+    wait_for(lambda: saga_beat_sweeps() or Saga.objects.get(pk=saga_id).status
+             == S.COMPENSATING, timeout=20, what="the sweep seeing the late payment")
+    saga = drive_with_sweeps(saga_id, S.COMPENSATED)
+    for _ in range(3):  # later sweeps see the same payment: nothing more
+        saga_beat_sweeps()
+
+    assert saga.status == S.COMPENSATED, f"{saga.status}: {saga.error}"
+    assert kinds(saga_id) == ["bridge.fill", "bridge.unfill", "bridge.refund"]
+    assert Entry.objects.get(saga_id=saga_id, kind="bridge.fill").reference == late
+    refunds = transfers(remittance["memo"], source=hub.hub_address(),
+                        destination=partner_wallet["account"])
+    assert [t.amount for t in refunds] == [D(AMOUNT)]
+    [auto] = SagaEvent.objects.filter(saga_id=saga_id, event="auto.late_funding")
+    assert auto.worker == "system:late-money" and auto.detail["evidence"]["hash"] == late
+    assert net(saga_id) == {}
+    assert_hub_matches_chain(hub_chain)
+
+
+def test_a_late_partner_payment_that_does_not_match_goes_to_review_with_its_evidence(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings):
+    """A late payment under the reference that does not match (here: short) is not
+    guessed at: the expired saga goes to manual_review with the payment's evidence
+    (hash, sender, amount, asset), so the USDC on the hub has an owner in the queue."""
+    settings.REMITTANCE_FUNDING_DEADLINE_S = 0.5
+    settings.REMITTANCE_FUNDING_GRACE_S = 0.5
+    remittance = create(api)
+    ends(remittance["id"], S.COMPENSATED)
+    late = partner_pays(corridor_on_sandbox, remittance, amount="25.4")
+
+    saga = drive_with_sweeps(remittance["id"], S.MANUAL_REVIEW)
+
+    assert saga.status == S.MANUAL_REVIEW
+    assert late in saga.error and "does not match" in saga.error and "25.4" in saga.error
+    assert kinds(remittance["id"]) == []
+    assert transfers(remittance["memo"], source=hub.hub_address(),
+                     destination=partner_wallet["account"]) == []

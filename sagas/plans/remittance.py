@@ -7,8 +7,9 @@ Legs, their bookings (USDC and INR; a positive amount debits an asset account) a
 their compensations::
 
     0 bridge.fill    wait (Pending, funding deadline ``fund_by`` plus
-                     REMITTANCE_FUNDING_GRACE_S for Horizon's lag) for the partner's
-                     payment hub <- partner under the remittance reference (text memo)
+                     REMITTANCE_FUNDING_GRACE_S for Horizon's lag, and a history that
+                     reaches ``fund_by``) for the partner's payment hub <- partner
+                     under the remittance reference (text memo)
                      bridge.fill     USDC  hub +X              partner:P -X
                      undo: refund the partner on chain (hub -> partner, same memo)
                      bridge.unfill   USDC  partner:P +R        partner:P:refunds -R
@@ -51,8 +52,11 @@ Crash points (``CORRIDOR_CRASH_AT``): ``remittance.anchor_fund.paid`` and
 
 Choices written down here: a partner payment under the reference that does not match
 (another sender, amount or asset, or a second one) stops the saga for a person rather
-than guessing; a payment arriving after the funding deadline is not refunded
-automatically (it is visible on the hub, unbooked); the anchor's ``sender_id`` /
+than guessing; a payment arriving after the funding deadline (the saga ended
+compensated, expired) is matched by the late-money sweep (sagas/latemoney.py): one that
+matches is booked as ``bridge.fill`` in the transaction that reopens the saga, whose
+compensation returns it to the partner through the hub's outbox, once; one that does
+not puts the saga in manual_review with its evidence; the anchor's ``sender_id`` /
 ``receiver_id`` are Corridor's own ids (``corridor:<partner>``, ``corridor:<reference>``)
 as the sandbox takes any non-empty id (no SEP-12 ``PUT /customer`` yet).
 """
@@ -172,18 +176,31 @@ class BridgeFill(Leg):
     def forward(self, ctx: LegContext) -> LegOutcome | Pending:
         inp = ctx.saga.input
         address, amount = hub.hub_address(), _amount(ctx)
+        fund_by = datetime.fromisoformat(inp["fund_by"])
+        expiring = timezone.now() >= fund_by + timedelta(
+            seconds=settings.REMITTANCE_FUNDING_GRACE_S)
         try:
+            # Past the grace, "no payment" must rest on a history that reaches fund_by
+            # (issue 25 §1): its height is read first (a node's history only grows).
+            height = stellar.history_height() if expiring else None
             incoming = [t for t in stellar.find_transfers_by_reference(
                 address, ctx.saga.reference, ctx.stellar_cursor) if t.destination == address]
         except stellar.HorizonUnavailable as exc:
             return Pending(settings.REMITTANCE_FUNDING_POLL_S, f"Horizon: {exc}")
         if not incoming:
-            # One read that shows nothing is proof only past the grace: Horizon's history
-            # lags behind the ledger (found by the stale-read attacker: a payment made on
-            # time, hidden by a lagging read, was expired and left unbooked on the hub).
-            grace = timedelta(seconds=settings.REMITTANCE_FUNDING_GRACE_S)
-            if timezone.now() >= datetime.fromisoformat(inp["fund_by"]) + grace:
-                raise NonRetryableError(f"not funded by {inp['fund_by']}: expired")
+            # One read that shows nothing is proof only past the grace, and only from a
+            # history that reaches fund_by: Horizon's history lags behind the ledger
+            # (found by the stale-read attacker: a payment made on time, hidden by a
+            # lagging read, was expired and left unbooked on the hub). A payment that
+            # arrives after the expiry anyway is returned by sagas/latemoney.py.
+            if height is not None and height[1] >= fund_by:
+                raise NonRetryableError(
+                    f"not funded by {inp['fund_by']}: expired (no payment under the "
+                    f"reference as of ledger {height[0]}, closed {height[1].isoformat()})")
+            if height is not None:
+                return Pending(settings.REMITTANCE_FUNDING_POLL_S,
+                               f"Horizon's history (ledger {height[0]}, closed "
+                               f"{height[1].isoformat()}) does not reach fund_by yet")
             return Pending(settings.REMITTANCE_FUNDING_POLL_S,
                            "waiting for the partner's payment")
         first = incoming[0]
@@ -330,7 +347,7 @@ class AnchorFund(Leg):
             fee = self._refund_fee(output, received)
             if fee is None:
                 return self._wait(ctx, f"refund {received} of {funded} seen on chain; "
-                                       f"{seen.describe()}")
+                                       f"{seen.describe()}", history=seen.closed_at)
         if fee:
             bookings.append(Booking("anchor.refund_fee", [Line(ANCHOR, USDC, -fee),
                                                           Line(_partner(ctx), USDC, fee)]))
@@ -354,9 +371,18 @@ class AnchorFund(Leg):
         return fee if fees == fee else None
 
     @staticmethod
-    def _wait(ctx: LegContext, reason: str) -> Pending:
+    def _wait(ctx: LegContext, reason: str, *, history: datetime | None = None) -> Pending:
+        """Wait for the anchor's refund; past REMITTANCE_REFUND_DEADLINE_S stop for a
+        person, unless the chain read (``history``: when the ledger its Horizon history
+        reached closed) does not cover the deadline yet (issue 25 §1: decide on
+        evidence that covers the moment, or wait). A refund after the stop is the
+        late-money sweep's."""
         deadline = _since_compensating(ctx) + timedelta(
             seconds=settings.REMITTANCE_REFUND_DEADLINE_S)
+        if timezone.now() > deadline and history is not None and history < deadline:
+            return Pending(settings.REMITTANCE_ANCHOR_POLL_S,
+                           f"Horizon's history (closed {history.isoformat()}) does not "
+                           f"reach the refund deadline {deadline.isoformat()} yet: {reason}")
         if timezone.now() > deadline:
             raise ManualReviewError(f"no refund from the anchor by {deadline.isoformat()}: "
                                     f"{reason}")
