@@ -21,6 +21,13 @@ Services, their permissions, and what they do:
   first.
 - ``saga_close`` (``sagas.resolve_saga``): end it ``completed`` or ``compensated`` as
   settled outside Corridor; no run, no money, no booking.
+
+Corridor itself acts through the same transactions when money arrives after a saga
+stopped waiting for it (sagas/latemoney.py, worker ``system:late-money``):
+``saga_auto_compensate`` (``auto.compensate``; also conditional on the reason it read),
+``saga_review_evidence`` (``review.evidence``: the reason rewritten with what the chain
+and the anchor say now), ``saga_reopen_funded`` (``auto.late_funding``: a late payment
+booked in the reopening transaction) and ``saga_review_late_money`` (``auto.review``).
 """
 
 from __future__ import annotations
