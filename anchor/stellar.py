@@ -156,6 +156,21 @@ def latest_ledger_close_time() -> datetime:
     return datetime.fromisoformat(closed_at).astimezone(UTC)
 
 
+def history_height() -> tuple[int, datetime]:
+    """(``history_latest_ledger``, its ``closed_at``) from Horizon's root: the newest
+    ledger a history read (payments, transactions) of the same node can show. Read it
+    BEFORE the history read it vouches for: a node's history only grows, so a read that
+    follows shows at least that ledger. History endpoints carry no ``Latest-Ledger``
+    (stellar-horizon ``StateMiddleware``), hence the separate read. Raises
+    HorizonUnavailable."""
+    try:
+        root = server().root().call()
+    except (sdk_errors.BaseRequestError, sdk_errors.ConnectionError) as exc:
+        raise HorizonUnavailable(str(exc)) from exc
+    closed_at = root["history_latest_ledger_closed_at"].replace("Z", "+00:00")
+    return int(root["history_latest_ledger"]), datetime.fromisoformat(closed_at).astimezone(UTC)
+
+
 # --- submission ------------------------------------------------------------------
 
 @dataclass

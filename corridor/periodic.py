@@ -147,7 +147,7 @@ def registry() -> dict[str, PeriodicQuery]:
     from corridor import stranded
     from ledger import services as ledger
     from payouts import poller, receipts, refunds
-    from sagas import engine
+    from sagas import engine, latemoney
 
     def strand(kind: str) -> Callable[[], Any]:
         return lambda: stranded.stranded_queries()[kind]
@@ -199,6 +199,10 @@ def registry() -> dict[str, PeriodicQuery]:
           deposit_refunds.stuck_refunds, runs_in="anchor.tasks.sweep_deposit_refunds"),
         q("saga_resume", SWEEP, "sagas", ("sagas_due_idx",), engine.due_sql,
           runs_in="sagas.tasks.resume_sagas"),
+        q("late_money", SWEEP, "sagas", ("sagas_review_idx",), latemoney.awaiting_sql,
+          runs_in="sagas.tasks.sweep_late_money"),
+        q("late_money.expired", SWEEP, "sagas", ("sagas_compensated_idx",),
+          latemoney.expired_sql, runs_in="sagas.tasks.sweep_late_money"),
         q("inbound_drain", SWEEP, "inbound_events", ("inbound_events_waiting_idx",),
           inbox.waiting_events, runs_in="anchor.tasks.inbound_drain"),
         # A queue: folded deltas are deleted, so it never holds finished rows.

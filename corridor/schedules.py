@@ -25,6 +25,8 @@ def periodic_tasks() -> list[tuple[str, str, float]]:
         ("deposit refund sweep (INR back through Razorpay)",
          "anchor.tasks.sweep_deposit_refunds", settings.DEPOSIT_REFUND_SWEEP_PERIOD_S),
         ("resume due sagas", "sagas.tasks.resume_sagas", settings.SAGA_RESUME_PERIOD_S),
+        ("late money (sagas in review whose anchor's refund arrived later)",
+         "sagas.tasks.sweep_late_money", settings.LATE_MONEY_SWEEP_PERIOD_S),
         ("ledger rollup of hot-account deltas", "ledger.tasks.rollup_balances",
          settings.LEDGER_ROLLUP_PERIOD_S),
         ("inbound follow-up sweep (lost wake-ups)", "anchor.tasks.inbound_drain",

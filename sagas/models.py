@@ -50,6 +50,12 @@ class Saga(models.Model):
             # The resume sweep reads only open sagas: its cost follows them, not the table.
             models.Index(fields=["wake_at"], name="sagas_due_idx",
                          condition=Q(status__in=["running", "compensating"])),
+            # The late-money sweep reads only the review queue's sagas (sagas/latemoney.py).
+            models.Index(fields=["updated_at"], name="sagas_review_idx",
+                         condition=Q(status="manual_review")),
+            # ... and the remittances that ended compensated (a late partner payment).
+            models.Index(fields=["updated_at"], name="sagas_compensated_idx",
+                         condition=Q(status="compensated", kind="remittance")),
         ]
 
     def __str__(self) -> str:

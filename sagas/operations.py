@@ -21,6 +21,13 @@ Services, their permissions, and what they do:
   first.
 - ``saga_close`` (``sagas.resolve_saga``): end it ``completed`` or ``compensated`` as
   settled outside Corridor; no run, no money, no booking.
+
+Corridor itself acts through the same transactions when money arrives after a saga
+stopped waiting for it (sagas/latemoney.py, worker ``system:late-money``):
+``saga_auto_compensate`` (``auto.compensate``; also conditional on the reason it read),
+``saga_review_evidence`` (``review.evidence``: the reason rewritten with what the chain
+and the anchor say now), ``saga_reopen_funded`` (``auto.late_funding``: a late payment
+booked in the reopening transaction) and ``saga_review_late_money`` (``auto.review``).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from common.console import (
     operator_name,
     require_permission,
 )
+from ledger import services as ledger
 from sagas import engine
 from sagas.models import Saga, SagaEvent, SagaStep
 
@@ -88,11 +96,17 @@ def _stop(saga_id: int) -> _Stop:
 
 
 def _reopen(stop: _Stop, *, status: str, run: bool, event: str, operator, note: str,
-            detail: dict, step_sql: tuple[str, list] | None = None) -> None:
-    """The one transaction of every saga action (see the module docstring)."""
+            detail: dict, step_sql: tuple[str, list] | None = None,
+            system: str | None = None) -> None:
+    """The one transaction of every saga action (see the module docstring).
+    ``system``: the actor when Corridor itself acts (``system:<name>``, no operator);
+    its change also needs the reason it decided on to be the saga's still."""
     idx = stop.step.idx if stop.step is not None else None
     with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(_REOPEN, {"status": status, "run": run, "id": stop.saga.pk})
+        sql = _REOPEN if system is None else _REOPEN.replace(
+            "AND status = 'manual_review'", "AND status = 'manual_review' AND error = %(was)s")
+        cur.execute(sql, {"status": status, "run": run, "id": stop.saga.pk,
+                          "was": stop.saga.error})
         row = cur.fetchone()
         if row is None:
             raise OperationRefused("the saga changed since it was checked")
@@ -100,15 +114,18 @@ def _reopen(stop: _Stop, *, status: str, run: bool, event: str, operator, note: 
             cur.execute(*step_sql)
             if cur.rowcount != 1:
                 raise OperationRefused("the step changed since it was checked")
-        name = operator_name(operator)
+        name = system or operator_name(operator)
+        who = {"actor": name} if system else {"operator": name}
         cur.execute(
             "INSERT INTO saga_events (saga_id, idx, event, detail, worker, fence) "
             "VALUES (%s, %s, %s, %s::jsonb, %s, %s)",
             [stop.saga.pk, idx, event,
-             json.dumps({"operator": name, "note": note, "from": S.MANUAL_REVIEW,
+             json.dumps({**who, "note": note, "from": S.MANUAL_REVIEW,
                          "to": status, "reason": stop.saga.error, **detail},
                         cls=DjangoJSONEncoder),
-             f"operator:{name}", row[0]])
+             system or f"operator:{name}", row[0]])
+        if system is not None and run:
+            engine._enqueue_after_commit(stop.saga.pk, 0.0)
 
 
 def _drive(saga_id: int, operator) -> Saga:
@@ -296,3 +313,120 @@ def saga_close(*, saga_id: int, outcome: str, operator, note: str) -> Saga:
             note=note, detail={"outcome": outcome,
                                "steps": {s.idx: s.status for s in stop.steps}})
     return Saga.objects.get(pk=saga_id)
+
+
+# --- Corridor itself: money that arrived after the saga stopped waiting -------------------
+
+def saga_auto_compensate(*, saga_id: int, actor: str, reason_was: str, note: str,
+                         evidence: dict) -> bool:
+    """``manual_review`` -> ``compensating`` by Corridor itself (``actor``, e.g.
+    ``system:late-money``), as ``saga_compensate`` does for an operator: one conditional
+    UPDATE that succeeds only while the saga is still in manual_review for the very
+    reason ``reason_was`` that the evidence resolves, and one ``saga_events`` row
+    (``auto.compensate``, worker ``actor``, detail: the note, the reason and
+    ``evidence``), in one transaction; its run is enqueued after the commit (the resume
+    sweep picks it up otherwise). An operator who acted first wins: False, nothing
+    written."""
+    try:
+        stop = _stop(saga_id)
+        if stop.saga.error != reason_was:
+            return False
+        _reopen(stop, status=S.COMPENSATING, run=True, event="auto.compensate",
+                operator=None, note=note, system=actor,
+                detail={"stopped_while": stop.direction, "evidence": evidence})
+    except OperationRefused:
+        return False
+    return True
+
+
+def saga_review_evidence(*, saga_id: int, actor: str, reason_was: str, reason: str,
+                         evidence: dict) -> bool:
+    """Replace the review reason of a saga in ``manual_review`` with ``reason`` (what
+    the evidence says now, so the queue never states what the chain contradicts), only
+    while it is still ``reason_was``; one ``saga_events`` row ``review.evidence``
+    (worker ``actor``, detail: both reasons and ``evidence``) in the same transaction.
+    The saga stays where it is. False (nothing written) when the saga moved on."""
+    if reason == reason_was:
+        return False
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("UPDATE sagas SET error = %s WHERE id = %s AND status = 'manual_review' "
+                    "AND error = %s RETURNING fence", [reason, saga_id, reason_was])
+        row = cur.fetchone()
+        if row is None:
+            return False
+        cur.execute(
+            "INSERT INTO saga_events (saga_id, idx, event, detail, worker, fence) "
+            "VALUES (%s, NULL, 'review.evidence', %s::jsonb, %s, %s)",
+            [saga_id, json.dumps({"actor": actor, "from": reason_was, "to": reason,
+                                  "evidence": evidence}, cls=DjangoJSONEncoder),
+             actor, row[0]])
+    return True
+
+
+def saga_reopen_funded(*, saga_id: int, actor: str, idx: int, output: dict,
+                       booking: ledger.EntrySpec, evidence: dict) -> bool:
+    """A saga that ended ``compensated`` because step ``idx`` never saw its money (an
+    expired ``bridge.fill``) whose money arrived later: in ONE transaction, book the
+    arrival (``booking``, keyed on its hash), mark the step ``done`` with ``output``,
+    set the saga ``compensating`` (due now, lease free) and write one ``saga_events``
+    row ``auto.late_funding`` (worker ``actor``, detail: ``evidence``); the engine then
+    compensates the step as it would any (the refund to the sender goes through the
+    hub's outbox, once). Conditional on the saga still being ``compensated`` and the
+    step ``failed``; a booking already made (its key replayed) changes nothing. Returns
+    whether it reopened the saga."""
+    fence: list[int] = []
+    try:
+        with transaction.atomic(), connection.cursor() as cur:
+            def reopen(balances=None) -> None:
+                cur.execute(
+                    "UPDATE sagas SET status = 'compensating', wake_at = clock_timestamp(), "
+                    "lease_owner = '', lease_until = NULL, recoveries = 0, error = '', "
+                    "updated_at = clock_timestamp() WHERE id = %s AND status = 'compensated' "
+                    "RETURNING fence", [saga_id])
+                row = cur.fetchone()
+                if row is None:
+                    raise OperationRefused("the saga changed since it was checked")
+                fence.append(row[0])
+
+            ledger.post_many(entries=[booking], precondition=reopen)
+            if not fence:
+                raise OperationRefused(f"{booking.idempotency_key} is booked already")
+            cur.execute(
+                "UPDATE saga_steps SET status = 'done', output = %s::jsonb, error = '', "
+                "updated_at = clock_timestamp() WHERE saga_id = %s AND idx = %s "
+                "AND status = 'failed'",
+                [json.dumps(output, cls=DjangoJSONEncoder), saga_id, idx])
+            if cur.rowcount != 1:
+                raise OperationRefused("the step changed since it was checked")
+            cur.execute(
+                "INSERT INTO saga_events (saga_id, idx, event, detail, worker, fence) "
+                "VALUES (%s, %s, 'auto.late_funding', %s::jsonb, %s, %s)",
+                [saga_id, idx, json.dumps({"actor": actor, "from": S.COMPENSATED,
+                                           "to": S.COMPENSATING, "evidence": evidence},
+                                          cls=DjangoJSONEncoder), actor, fence[0]])
+            engine._enqueue_after_commit(saga_id, 0.0)
+    except OperationRefused:
+        return False
+    return True
+
+
+def saga_review_late_money(*, saga_id: int, actor: str, reason: str, evidence: dict) -> bool:
+    """A ``compensated`` saga whose money arrived later in a way Corridor cannot match
+    on its own: ``manual_review`` with ``reason`` (the arrival's evidence), one
+    ``saga_events`` row ``auto.review`` (worker ``actor``), in one transaction.
+    Conditional on the saga still being ``compensated``; returns whether it moved."""
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("UPDATE sagas SET status = 'manual_review', error = %s, wake_at = NULL, "
+                    "updated_at = clock_timestamp() WHERE id = %s AND status = 'compensated' "
+                    "RETURNING fence", [reason, saga_id])
+        row = cur.fetchone()
+        if row is None:
+            return False
+        cur.execute(
+            "INSERT INTO saga_events (saga_id, idx, event, detail, worker, fence) "
+            "VALUES (%s, NULL, 'auto.review', %s::jsonb, %s, %s)",
+            [saga_id, json.dumps({"actor": actor, "from": S.COMPENSATED,
+                                  "to": S.MANUAL_REVIEW, "reason": reason,
+                                  "evidence": evidence}, cls=DjangoJSONEncoder),
+             actor, row[0]])
+    return True

@@ -4,7 +4,9 @@
 wait); ``resume_sagas`` (beat, every SAGA_RESUME_PERIOD_S) re-enqueues every open saga
 that is due and not leased, so a run lost with a SIGKILLed worker (its ``acks_late``
 message invisible until Redis's visibility timeout) is picked up by the sweep, never by
-waiting for redelivery (DESIGN.md §6)."""
+waiting for redelivery (DESIGN.md §6). ``sweep_late_money`` (beat, every
+LATE_MONEY_SWEEP_PERIOD_S) compensates the sagas in manual_review whose anchor's refund
+arrived after they stopped waiting (sagas/latemoney.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import socket
 
 from celery import shared_task
 
-from sagas import engine
+from sagas import engine, latemoney
 
 log = logging.getLogger(__name__)
 
@@ -36,3 +38,8 @@ def resume_sagas() -> int:
     if ids:
         log.info("resumed %d due sagas", len(ids))
     return len(ids)
+
+
+@shared_task
+def sweep_late_money() -> dict[str, int]:
+    return latemoney.sweep_late_money()

@@ -481,3 +481,266 @@ def test_a_crash_after_the_refund_to_the_partner_refunds_once(
         assert [t.amount for t in refunds] == [D(AMOUNT), D(AMOUNT)]
         with pytest.raises(AssertionError, match="chain moved"):
             assert_hub_matches_chain(hub_chain + D(AMOUNT))
+
+
+# --- money that arrives after Corridor stopped waiting (issue 25 §1) --------------------
+
+def saga_beat_sweeps() -> None:
+    """Every saga task on beat but the resume (``drive`` runs the saga itself), called
+    as beat calls it: the sweeps that look at sagas no worker is driving."""
+    import importlib
+
+    from corridor.schedules import periodic_tasks
+
+    for _, task, _ in periodic_tasks():
+        if task.startswith("sagas.tasks.") and task != "sagas.tasks.resume_sagas":
+            module, name = task.rsplit(".", 1)
+            getattr(importlib.import_module(module), name)()
+
+
+def funded_then_failed(api, sandbox, monkeypatch, *, hold_refund_s: float) -> dict:
+    """A remittance whose anchor failed the transaction while the hub's payment was on
+    its way (``reject_before_funding`` after the pre-payment check): the anchor reports
+    ``error`` with no refund, and refunds the payment ``hold_refund_s`` seconds after it
+    saw it. Returns the remittance once ``anchor.fund`` is done (the hub paid)."""
+    monkeypatch.setattr(AnchorFund, "_check_not_rejected", staticmethod(lambda intent: None))
+    sandbox.fault("anchor31.reject_before_funding", times=1)
+    sandbox.fault("anchor31.step_delay", seconds=hold_refund_s)
+    remittance = create(api)
+    partner_pays(sandbox, remittance)
+    saga_id = remittance["id"]
+    wait_for(lambda: engine.run(saga_id, "driver", dispatch=False) and
+             SagaStep.objects.get(saga_id=saga_id, kind="anchor.fund").status == "done",
+             timeout=30, interval=0.05, what="the anchor funded")
+    return remittance
+
+
+def review_reason(saga_id: int) -> str:
+    from sagas.models import ReviewItem
+
+    item = ReviewItem.objects.filter(key=f"saga:{saga_id}").first()
+    return item.reason if item else ""
+
+
+def test_a_refund_landing_behind_a_lagging_horizon_after_the_grace_is_booked_and_refunded(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, settings):
+    """Issue 25, chaos seed 1 on a busy machine, replayed step by step: ``anchor.payout``
+    read the anchor's transaction as ``error`` and waited REMITTANCE_ERROR_REFUND_GRACE_S
+    for a refund; the anchor's refund landed on the hub just after, behind a lagging
+    Horizon (``horizon.lookup_lag``: history behind; the anchor's own submission
+    answered 504, so its record still said ``error``); one read after the grace decided
+    "the anchor failed a payout it was funded for, with no refund" and nothing looked at
+    that refund again: the USDC sat on the hub unbooked, the partner was not repaid and
+    the review item said "no refund" while the refund was on chain. Now the refund is
+    booked and the partner repaid once, whatever the order of arrivals, and the review
+    queue never says "no refund" once the refund is on chain."""
+    settings.REMITTANCE_ERROR_REFUND_GRACE_S = 1.0
+    sandbox = corridor_on_sandbox
+    remittance = funded_then_failed(api, sandbox, monkeypatch, hold_refund_s=4.0)
+    saga_id, intent = remittance["id"], fund_intent(remittance["id"])
+    funded = chain_usdc()
+    # Horizon's history lags (state is current) and the anchor's submission of its
+    # refund answers 504 although it applied: the anchor's record stays ``error``.
+    sandbox.fault("horizon.lookup_lag", ledgers=400)  # behind the grace's end, however slow
+    sandbox.fault("horizon.submit_504_after_apply", account=keys.ANCHOR31.public_key)
+    wait_for(lambda: chain_usdc() == funded + D(AMOUNT), timeout=30,
+             what="the anchor's refund on chain (the hub's balance)")
+    assert anchor31.get_transaction(intent["anchor_tx_id"])["status"] == "error"
+    assert transfers(intent["memo"], source=intent["account"],
+                     destination=hub.hub_address()) == []  # history does not show it yet
+
+    engine.run(saga_id, "driver", dispatch=False)  # the read after the grace
+    assert "no refund" not in review_reason(saga_id)  # the chain holds the refund
+    sandbox.clear_faults()  # Horizon catches up; the anchor's record says refunded
+    deadline = time.monotonic() + 30
+    while Saga.objects.get(pk=saga_id).status != S.COMPENSATED and \
+            time.monotonic() < deadline:
+        saga_beat_sweeps()
+        engine.run(saga_id, "driver", dispatch=False)
+        time.sleep(0.2)
+
+    saga = Saga.objects.get(pk=saga_id)
+    assert saga.status == S.COMPENSATED, f"{saga.status}: {saga.error}"
+    back = transfers(intent["memo"], source=intent["account"], destination=hub.hub_address())
+    assert [t.amount for t in back] == [D(AMOUNT)]
+    assert Entry.objects.get(saga_id=saga_id, kind="anchor.refund").reference == \
+        back[0].tx_hash
+    assert events(saga_id, "step.compensated") == [2, 1, 0]
+    refunds = transfers(remittance["memo"], source=hub.hub_address(),
+                        destination=partner_wallet["account"])
+    assert [t.amount for t in refunds] == [D(AMOUNT)]
+    assert net(saga_id) == {}
+    assert_hub_matches_chain(hub_chain)
+
+
+def stopped_for_no_refund(api, sandbox, monkeypatch, settings, *, hold_refund_s: float
+                          ) -> dict:
+    """A remittance in manual_review for "funded, with no refund", decided on a Horizon
+    that was current (the decision was right when taken); the anchor refunds
+    ``hold_refund_s`` seconds after it saw the payment, i.e. after the decision."""
+    settings.REMITTANCE_ERROR_REFUND_GRACE_S = 1.0
+    remittance = funded_then_failed(api, sandbox, monkeypatch, hold_refund_s=hold_refund_s)
+    ends(remittance["id"], S.MANUAL_REVIEW)
+    intent = fund_intent(remittance["id"])
+    assert anchor31.get_transaction(intent["anchor_tx_id"])["status"] == "error", \
+        "the anchor refunded before the decision: raise hold_refund_s"
+    reason = Saga.objects.get(pk=remittance["id"]).error
+    assert "with no refund" in reason and "as of ledger" in reason  # with its evidence
+    return remittance
+
+
+def test_a_refund_arriving_after_the_review_decision_is_confirmed_then_compensated(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, settings):
+    """Issue 25 §1: a saga in manual_review because "the anchor failed a payout it was
+    funded for, with no refund" leaves review by itself once the anchor's refund is
+    confirmed, on chain AND in the anchor's own record, and compensates last step first,
+    audited as an operator's action would be (``auto.compensate``, worker
+    ``system:late-money``, the evidence in the detail). While only one side shows the
+    refund, the review item is rewritten with what each side says (never "no refund"
+    once the anchor says it refunded) and nothing moves."""
+    sandbox = corridor_on_sandbox
+    remittance = stopped_for_no_refund(api, sandbox, monkeypatch, settings,
+                                       hold_refund_s=5.0)
+    saga_id, intent = remittance["id"], fund_intent(remittance["id"])
+    wait_for(lambda: anchor31.get_transaction(intent["anchor_tx_id"])["status"]
+             == "refunded", timeout=40, what="the anchor's late refund")
+    sandbox.fault("horizon.lookup_lag", ledgers=400)  # history no longer shows it
+
+    saga_beat_sweeps()  # the anchor's record says refunded; Horizon's history does not
+
+    saga = Saga.objects.get(pk=saga_id)
+    assert saga.status == S.MANUAL_REVIEW
+    hashes = [p["id"] for p in anchor31.get_transaction(intent["anchor_tx_id"])
+              ["refunds"]["payments"]]
+    assert "no refund" not in review_reason(saga_id)
+    assert hashes[0] in review_reason(saga_id) and "says refunded" in review_reason(saga_id)
+    assert [e.worker for e in SagaEvent.objects.filter(saga_id=saga_id,
+                                                       event="review.evidence")] == \
+        ["system:late-money"]
+    assert "anchor.refund" not in kinds(saga_id)  # one side is not a confirmation
+    saga_beat_sweeps()  # the same evidence again: no second audit row
+    assert SagaEvent.objects.filter(saga_id=saga_id, event="review.evidence").count() == 1
+
+    sandbox.clear_faults()  # Horizon catches up: both sides agree
+    deadline = time.monotonic() + 30
+    while Saga.objects.get(pk=saga_id).status != S.COMPENSATED and \
+            time.monotonic() < deadline:
+        saga_beat_sweeps()
+        engine.run(saga_id, "driver", dispatch=False)
+        time.sleep(0.2)
+
+    saga = Saga.objects.get(pk=saga_id)
+    assert saga.status == S.COMPENSATED, f"{saga.status}: {saga.error}"
+    [auto] = SagaEvent.objects.filter(saga_id=saga_id, event="auto.compensate")
+    assert auto.worker == "system:late-money"
+    assert [c["hash"] for c in auto.detail["evidence"]["chain"]] == hashes
+    assert auto.detail["evidence"]["anchor_status"] == "refunded"
+    assert "with no refund" not in auto.detail["reason"]  # the evidence reason it replaced
+    assert events(saga_id, "step.compensated") == [2, 1, 0]
+    assert kinds(saga_id) == ["bridge.fill", "fx.convert", "anchor.fund", "anchor.refund",
+                              "fx.convert.undo", "bridge.unfill", "bridge.refund"]
+    assert Entry.objects.get(saga_id=saga_id, kind="anchor.refund").reference == hashes[0]
+    refunds = transfers(remittance["memo"], source=hub.hub_address(),
+                        destination=partner_wallet["account"])
+    assert [t.amount for t in refunds] == [D(AMOUNT)]
+    assert net(saga_id) == {}
+    assert_hub_matches_chain(hub_chain)
+
+
+def test_an_operator_who_acted_first_wins_over_the_late_money_sweep(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, settings):
+    """The sweep's reopening is conditional on the saga still being in manual_review for
+    the reason it read: an operator who closed it first (settled outside Corridor) keeps
+    it closed, and the sweep moves no money and books nothing."""
+    from django.contrib.auth.models import User
+
+    from sagas import operations
+
+    remittance = stopped_for_no_refund(api, corridor_on_sandbox, monkeypatch, settings,
+                                       hold_refund_s=5.0)
+    saga_id, intent = remittance["id"], fund_intent(remittance["id"])
+    olga = User.objects.create_superuser("olga", "olga@example.com", "x" * 16)
+    operations.saga_close(saga_id=saga_id, outcome="compensated", operator=olga,
+                          note="the anchor will refund; settled with the partner by phone")
+    wait_for(lambda: anchor31.get_transaction(intent["anchor_tx_id"])["status"]
+             == "refunded", timeout=40, what="the anchor's late refund")
+    reason = Saga.objects.get(pk=saga_id).error
+
+    saga_beat_sweeps()
+    assert operations.saga_auto_compensate(
+        saga_id=saga_id, actor="system:late-money", reason_was=reason, note="late",
+        evidence={}) is False
+
+    saga = Saga.objects.get(pk=saga_id)
+    assert (saga.status, saga.error) == (S.COMPENSATED, reason)
+    assert not SagaEvent.objects.filter(saga_id=saga_id, event__in=[
+        "auto.compensate", "review.evidence"]).exists()
+    assert kinds(saga_id) == ["bridge.fill", "fx.convert", "anchor.fund"]
+    assert transfers(remittance["memo"], source=hub.hub_address(),
+                     destination=partner_wallet["account"]) == []
+
+
+def drive_with_sweeps(saga_id: int, status: str, timeout: float = 30.0) -> Saga:
+    """What beat and the workers do together: the saga sweeps, then a run, until the
+    saga is ``status`` (or the time is up); returns the saga."""
+    deadline = time.monotonic() + timeout
+    while Saga.objects.get(pk=saga_id).status != status and time.monotonic() < deadline:
+        saga_beat_sweeps()
+        engine.run(saga_id, "driver", dispatch=False)
+        time.sleep(0.2)
+    return Saga.objects.get(pk=saga_id)
+
+
+def test_a_partner_payment_after_the_funding_deadline_is_booked_and_returned_once(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings):
+    """Issue 25 §1: ``bridge.fill`` gives up at ``fund_by`` + REMITTANCE_FUNDING_GRACE_S
+    and the saga ends compensated (expired); "a payment arriving after the funding
+    deadline is not refunded automatically (it is visible on the hub, unbooked)" broke
+    the books (hub on chain != ledger) and kept the partner's USDC. Now the late
+    payment, matched by memo (the reference), source (the partner's account), amount
+    and asset, is booked in the transaction that reopens the saga, and returned to its
+    sender through the hub's outbox, exactly once, however many sweeps see it."""
+    settings.REMITTANCE_FUNDING_DEADLINE_S = 0.5
+    settings.REMITTANCE_FUNDING_GRACE_S = 0.5
+    remittance = create(api)
+    ends(remittance["id"], S.COMPENSATED)
+    saga_id = remittance["id"]
+    assert "expired" in SagaStep.objects.get(saga_id=saga_id, idx=0).error
+
+    late = partner_pays(corridor_on_sandbox, remittance)  # after Corridor stopped waiting
+    wait_for(lambda: saga_beat_sweeps() or Saga.objects.get(pk=saga_id).status
+             == S.COMPENSATING, timeout=20, what="the sweep seeing the late payment")
+    saga = drive_with_sweeps(saga_id, S.COMPENSATED)
+    for _ in range(3):  # later sweeps see the same payment: nothing more
+        saga_beat_sweeps()
+
+    assert saga.status == S.COMPENSATED, f"{saga.status}: {saga.error}"
+    assert kinds(saga_id) == ["bridge.fill", "bridge.unfill", "bridge.refund"]
+    assert Entry.objects.get(saga_id=saga_id, kind="bridge.fill").reference == late
+    refunds = transfers(remittance["memo"], source=hub.hub_address(),
+                        destination=partner_wallet["account"])
+    assert [t.amount for t in refunds] == [D(AMOUNT)]
+    [auto] = SagaEvent.objects.filter(saga_id=saga_id, event="auto.late_funding")
+    assert auto.worker == "system:late-money" and auto.detail["evidence"]["hash"] == late
+    assert net(saga_id) == {}
+    assert_hub_matches_chain(hub_chain)
+
+
+def test_a_late_partner_payment_that_does_not_match_goes_to_review_with_its_evidence(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings):
+    """A late payment under the reference that does not match (here: short) is not
+    guessed at: the expired saga goes to manual_review with the payment's evidence
+    (hash, sender, amount, asset), so the USDC on the hub has an owner in the queue."""
+    settings.REMITTANCE_FUNDING_DEADLINE_S = 0.5
+    settings.REMITTANCE_FUNDING_GRACE_S = 0.5
+    remittance = create(api)
+    ends(remittance["id"], S.COMPENSATED)
+    late = partner_pays(corridor_on_sandbox, remittance, amount="25.4")
+
+    saga = drive_with_sweeps(remittance["id"], S.MANUAL_REVIEW)
+
+    assert saga.status == S.MANUAL_REVIEW
+    assert late in saga.error and "does not match" in saga.error and "25.4" in saga.error
+    assert kinds(remittance["id"]) == []
+    assert transfers(remittance["memo"], source=hub.hub_address(),
+                     destination=partner_wallet["account"]) == []

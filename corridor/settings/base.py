@@ -554,6 +554,15 @@ REMITTANCE_ANCHOR_POLL_S = env.float("REMITTANCE_ANCHOR_POLL_S", default=30.0)
 # Hub payments are submitted one at a time (Stellar core queues one transaction per
 # source account); a leg waits this long for its turn before it tries again later.
 REMITTANCE_HUB_LOCK_WAIT_S = env.float("REMITTANCE_HUB_LOCK_WAIT_S", default=30.0)
+# Money that arrives after a saga stopped waiting for it (issue 25 §1): the beat sweep
+# ``sagas.tasks.sweep_late_money`` looks, every this long, at the sagas in manual_review
+# for "no refund" and compensates each whose refund is now confirmed (on chain and in the
+# anchor's record), at most LATE_MONEY_BATCH per run.
+LATE_MONEY_SWEEP_PERIOD_S = env.float("LATE_MONEY_SWEEP_PERIOD_S", default=60.0)
+LATE_MONEY_BATCH = env.int("LATE_MONEY_BATCH", default=100)
+# The same sweep returns a partner's payment that arrived after its remittance expired
+# unfunded, for remittances that expired within this long (30 days).
+LATE_MONEY_FUNDING_WINDOW_S = env.float("LATE_MONEY_FUNDING_WINDOW_S", default=30 * 86400.0)
 # Test-only switch (never from the environment): False makes the hub's payments skip
 # the look-up on chain (by memo, and by the stored envelope) before paying, which shows
 # that the look-up is what stops a second payment after a crash.

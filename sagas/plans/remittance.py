@@ -7,8 +7,9 @@ Legs, their bookings (USDC and INR; a positive amount debits an asset account) a
 their compensations::
 
     0 bridge.fill    wait (Pending, funding deadline ``fund_by`` plus
-                     REMITTANCE_FUNDING_GRACE_S for Horizon's lag) for the partner's
-                     payment hub <- partner under the remittance reference (text memo)
+                     REMITTANCE_FUNDING_GRACE_S for Horizon's lag, and a history that
+                     reaches ``fund_by``) for the partner's payment hub <- partner
+                     under the remittance reference (text memo)
                      bridge.fill     USDC  hub +X              partner:P -X
                      undo: refund the partner on chain (hub -> partner, same memo)
                      bridge.unfill   USDC  partner:P +R        partner:P:refunds -R
@@ -31,7 +32,11 @@ their compensations::
     3 anchor.payout  poll the anchor (Pending between polls): ``completed`` -> done;
                      ``refunded`` (or ``error`` with a refund) -> NonRetryableError;
                      ``error`` with no refund (REMITTANCE_ERROR_REFUND_GRACE_S after
-                     funding) -> ManualReviewError (funded: a person decides);
+                     funding): a refund on chain under the memo -> NonRetryableError;
+                     none, on a Horizon history that reaches the grace's end ->
+                     ManualReviewError with the evidence (funded: a person decides,
+                     unless the refund arrives later: sagas/latemoney.py compensates);
+                     history not there yet -> wait;
                      unreachable -> retry, then ManualReviewError
                      anchor.payout   USDC  anchor:anchor31 -X  fx:USDC-INR +X
                                      INR   payable:beneficiaries +Y   fx:USDC-INR -Y
@@ -47,14 +52,18 @@ Crash points (``CORRIDOR_CRASH_AT``): ``remittance.anchor_fund.paid`` and
 
 Choices written down here: a partner payment under the reference that does not match
 (another sender, amount or asset, or a second one) stops the saga for a person rather
-than guessing; a payment arriving after the funding deadline is not refunded
-automatically (it is visible on the hub, unbooked); the anchor's ``sender_id`` /
+than guessing; a payment arriving after the funding deadline (the saga ended
+compensated, expired) is matched by the late-money sweep (sagas/latemoney.py): one that
+matches is booked as ``bridge.fill`` in the transaction that reopens the saga, whose
+compensation returns it to the partner through the hub's outbox, once; one that does
+not puts the saga in manual_review with its evidence; the anchor's ``sender_id`` /
 ``receiver_id`` are Corridor's own ids (``corridor:<partner>``, ``corridor:<reference>``)
 as the sandbox takes any non-empty id (no SEP-12 ``PUT /customer`` yet).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -114,9 +123,45 @@ def _held_for_partner(ctx: LegContext) -> Decimal:
     return -(total or Decimal(0))
 
 
+@dataclass(frozen=True)
+class ChainRefunds:
+    """The anchor's refunds of one funding as Horizon's history shows them: every
+    successful USDC payment anchor -> hub under the funding's memo (``refunds``), and
+    the history height the read covers (``ledger``, ``closed_at``: read before it)."""
+
+    refunds: list[stellar.Transfer]
+    ledger: int
+    closed_at: datetime
+
+    @property
+    def total(self) -> Decimal:
+        return sum((t.amount for t in self.refunds), Decimal(0))
+
+    def describe(self) -> str:
+        seen = ", ".join(f"{t.tx_hash} {t.amount} USDC at {t.created_at}"
+                         for t in self.refunds) or "none"
+        return (f"refunds on chain from the anchor under its memo: {seen} (Horizon's "
+                f"history as of ledger {self.ledger}, closed {self.closed_at.isoformat()})")
+
+
+def chain_refunds(fund: dict[str, Any], *, cursor: str) -> ChainRefunds:
+    """The anchor's refunds on chain for the ``anchor.fund`` output (or intent) ``fund``
+    (its ``account`` and ``memo``), from Horizon's root (the height) and then the hub's
+    payments after ``cursor``. Raises stellar.HorizonUnavailable."""
+    address = hub.hub_address()
+    ledger, closed_at = stellar.history_height()
+    refunds = [t for t in stellar.find_transfers_by_reference(address, fund["memo"], cursor)
+               if t.source == fund["account"] and t.destination == address
+               and t.asset == stellar.usdc_asset_id()]
+    return ChainRefunds(refunds, ledger, closed_at)
+
+
 def _since_compensating(ctx: LegContext) -> datetime:
-    event = SagaEvent.objects.filter(saga_id=ctx.saga.id, event="saga.compensating") \
-        .order_by("id").first()
+    """When this compensation started: the saga's ``saga.compensating``, or the later
+    ``auto.compensate`` that reopened it once its late refund was confirmed."""
+    event = SagaEvent.objects.filter(saga_id=ctx.saga.id,
+                                     event__in=["saga.compensating", "auto.compensate"]) \
+        .order_by("-id").first()
     return event.at if event else timezone.now()
 
 
@@ -131,18 +176,31 @@ class BridgeFill(Leg):
     def forward(self, ctx: LegContext) -> LegOutcome | Pending:
         inp = ctx.saga.input
         address, amount = hub.hub_address(), _amount(ctx)
+        fund_by = datetime.fromisoformat(inp["fund_by"])
+        expiring = timezone.now() >= fund_by + timedelta(
+            seconds=settings.REMITTANCE_FUNDING_GRACE_S)
         try:
+            # Past the grace, "no payment" must rest on a history that reaches fund_by
+            # (issue 25 §1): its height is read first (a node's history only grows).
+            height = stellar.history_height() if expiring else None
             incoming = [t for t in stellar.find_transfers_by_reference(
                 address, ctx.saga.reference, ctx.stellar_cursor) if t.destination == address]
         except stellar.HorizonUnavailable as exc:
             return Pending(settings.REMITTANCE_FUNDING_POLL_S, f"Horizon: {exc}")
         if not incoming:
-            # One read that shows nothing is proof only past the grace: Horizon's history
-            # lags behind the ledger (found by the stale-read attacker: a payment made on
-            # time, hidden by a lagging read, was expired and left unbooked on the hub).
-            grace = timedelta(seconds=settings.REMITTANCE_FUNDING_GRACE_S)
-            if timezone.now() >= datetime.fromisoformat(inp["fund_by"]) + grace:
-                raise NonRetryableError(f"not funded by {inp['fund_by']}: expired")
+            # One read that shows nothing is proof only past the grace, and only from a
+            # history that reaches fund_by: Horizon's history lags behind the ledger
+            # (found by the stale-read attacker: a payment made on time, hidden by a
+            # lagging read, was expired and left unbooked on the hub). A payment that
+            # arrives after the expiry anyway is returned by sagas/latemoney.py.
+            if height is not None and height[1] >= fund_by:
+                raise NonRetryableError(
+                    f"not funded by {inp['fund_by']}: expired (no payment under the "
+                    f"reference as of ledger {height[0]}, closed {height[1].isoformat()})")
+            if height is not None:
+                return Pending(settings.REMITTANCE_FUNDING_POLL_S,
+                               f"Horizon's history (ledger {height[0]}, closed "
+                               f"{height[1].isoformat()}) does not reach fund_by yet")
             return Pending(settings.REMITTANCE_FUNDING_POLL_S,
                            "waiting for the partner's payment")
         first = incoming[0]
@@ -271,15 +329,11 @@ class AnchorFund(Leg):
     def compensate(self, ctx: LegContext, output: dict[str, Any]) -> LegOutcome | Pending:
         """Book the anchor's refund (anchor -> hub, same memo) once it is on chain."""
         funded = Decimal(output["amount"])
-        address = hub.hub_address()
         try:
-            refunds = [t for t in stellar.find_transfers_by_reference(
-                address, output["memo"], ctx.stellar_cursor)
-                if t.source == output["account"] and t.destination == address
-                and t.asset == stellar.usdc_asset_id()]
+            seen = chain_refunds(output, cursor=ctx.stellar_cursor)
         except stellar.HorizonUnavailable as exc:
             return self._wait(ctx, f"Horizon: {exc}")
-        received = sum((t.amount for t in refunds), Decimal(0))
+        refunds, received = seen.refunds, seen.total
         bookings = [Booking("anchor.refund", [Line(HUB, USDC, t.amount),
                                               Line(ANCHOR, USDC, -t.amount)],
                             reference=t.tx_hash) for t in refunds]
@@ -292,7 +346,8 @@ class AnchorFund(Leg):
         if received < funded:
             fee = self._refund_fee(output, received)
             if fee is None:
-                return self._wait(ctx, f"refund {received} of {funded} seen on chain")
+                return self._wait(ctx, f"refund {received} of {funded} seen on chain; "
+                                       f"{seen.describe()}", history=seen.closed_at)
         if fee:
             bookings.append(Booking("anchor.refund_fee", [Line(ANCHOR, USDC, -fee),
                                                           Line(_partner(ctx), USDC, fee)]))
@@ -316,9 +371,18 @@ class AnchorFund(Leg):
         return fee if fees == fee else None
 
     @staticmethod
-    def _wait(ctx: LegContext, reason: str) -> Pending:
+    def _wait(ctx: LegContext, reason: str, *, history: datetime | None = None) -> Pending:
+        """Wait for the anchor's refund; past REMITTANCE_REFUND_DEADLINE_S stop for a
+        person, unless the chain read (``history``: when the ledger its Horizon history
+        reached closed) does not cover the deadline yet (issue 25 §1: decide on
+        evidence that covers the moment, or wait). A refund after the stop is the
+        late-money sweep's."""
         deadline = _since_compensating(ctx) + timedelta(
             seconds=settings.REMITTANCE_REFUND_DEADLINE_S)
+        if timezone.now() > deadline and history is not None and history < deadline:
+            return Pending(settings.REMITTANCE_ANCHOR_POLL_S,
+                           f"Horizon's history (closed {history.isoformat()}) does not "
+                           f"reach the refund deadline {deadline.isoformat()} yet: {reason}")
         if timezone.now() > deadline:
             raise ManualReviewError(f"no refund from the anchor by {deadline.isoformat()}: "
                                     f"{reason}")
@@ -336,6 +400,7 @@ class AnchorPayout(Leg):
 
     def forward(self, ctx: LegContext) -> LegOutcome | Pending:
         fund = ctx.output_of("anchor.fund")
+        read_at = timezone.now()
         try:
             tx = anchor31.get_transaction(fund["anchor_tx_id"])
         except anchor31.AnchorError as exc:
@@ -363,15 +428,55 @@ class AnchorPayout(Leg):
             # rejected it just before our payment landed refunds that payment): give the
             # refund a grace period before calling it "no refund".
             grace = funded_at + timedelta(seconds=settings.REMITTANCE_ERROR_REFUND_GRACE_S)
-            if timezone.now() <= grace:
+            if read_at <= grace:
                 return Pending(settings.REMITTANCE_ANCHOR_POLL_S,
                                f"anchor: error, waiting for a refund until {grace.isoformat()}")
-            raise ManualReviewError(f"the anchor failed a payout it was funded for, with no "
-                                    f"refund: {message}".strip())
+            return self._no_refund(ctx, fund, message=message, read_at=read_at, grace=grace)
         deadline = funded_at + timedelta(seconds=settings.REMITTANCE_PAYOUT_DEADLINE_S)
         if timezone.now() > deadline:
             raise ManualReviewError(f"the anchor is still {status} past {deadline.isoformat()}")
         return Pending(settings.REMITTANCE_ANCHOR_POLL_S, f"anchor: {status}")
+
+
+    @staticmethod
+    def _no_refund(ctx: LegContext, fund: dict[str, Any], *, message: str,
+                   read_at: datetime, grace: datetime) -> Pending:
+        """The anchor's record said ``error`` with no refund at ``read_at``, past the
+        grace ``grace``. "No refund by ``grace``" is decided only on evidence that covers
+        that moment (issue 25 §1): the chain is read too, from a Horizon whose history
+        (root's ``history_latest_ledger_closed_at``, read first) reaches ``grace``. A
+        refund on chain the anchor's record does not show yet -> NonRetryableError (the
+        compensation books it and waits for the record where it must); history not
+        there yet -> wait, up to REMITTANCE_PAYOUT_DEADLINE_S after the funding, then
+        stop saying what is not proven. A refund that lands after the decision is the
+        late-money sweep's (sagas/latemoney.py). Raises ManualReviewError with the
+        evidence."""
+        poll = settings.REMITTANCE_ANCHOR_POLL_S
+        try:
+            seen = chain_refunds(fund, cursor=ctx.stellar_cursor)
+        except stellar.HorizonUnavailable as exc:
+            return Pending(poll, f"anchor: error; Horizon unreadable to look for its "
+                                 f"refund: {exc}")
+        record = (f"the anchor's record read at {read_at.isoformat()}: error, refunds "
+                  f"none ({message or 'no message'})")
+        if seen.refunds:
+            raise NonRetryableError(f"the anchor refunded {seen.total} USDC on chain while "
+                                    f"its record still said error; {seen.describe()}")
+        if seen.closed_at >= grace:
+            raise ManualReviewError(
+                f"the anchor failed a payout it was funded for, with no refund: {message}; "
+                f"evidence: {record}; {seen.describe()}; grace ended {grace.isoformat()}"
+                .replace(": ;", ":"))
+        give_up = datetime.fromisoformat(fund["funded_at"]) + timedelta(
+            seconds=settings.REMITTANCE_PAYOUT_DEADLINE_S)
+        if timezone.now() > give_up:
+            raise ManualReviewError(
+                f"the anchor failed a payout it was funded for; whether it refunded is not "
+                f"proven: Horizon's history stayed before {grace.isoformat()}: {record}; "
+                f"{seen.describe()}")
+        return Pending(poll, f"anchor: error; Horizon's history (ledger {seen.ledger}, "
+                             f"closed {seen.closed_at.isoformat()}) does not reach "
+                             f"{grace.isoformat()} yet")
 
 
 REMITTANCE = register(Plan("remittance", (BridgeFill(), FxConvert(), AnchorFund(),

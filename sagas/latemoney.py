@@ -1,0 +1,217 @@
+"""Money that arrives after a saga stopped waiting for it (issue 25 §1).
+
+A remittance stops in ``manual_review`` when its funded anchor failed and no refund was
+seen in time: ``anchor.payout`` ("the anchor failed a payout it was funded for, with no
+refund", or "whether it refunded is not proven") or the ``anchor.fund`` compensation
+("no refund from the anchor by <deadline>"). The anchor may still refund, at any later
+time; the design says "until the anchor's refund is confirmed, a person closes it"
+(DESIGN.md §6). This sweep is that confirmation, run by beat
+(``sagas.tasks.sweep_late_money``, every LATE_MONEY_SWEEP_PERIOD_S) over the sagas in
+manual_review for one of those reasons (``awaiting_sql``, served by the partial index
+``sagas_review_idx``), at most LATE_MONEY_BATCH per run:
+
+- **confirmed**: the refund is on chain (successful USDC payments anchor -> hub under
+  the funding's memo, ``remittance.chain_refunds``) AND in the anchor's own record
+  (SEP-31 ``GET /transactions/{id}``: ``refunded``, or ``error`` with refunds, whose
+  ``refunds.amount_refunded`` equals the sum on chain and whose ``payments[].id`` are
+  exactly those hashes), and no more than the funding -> the saga is compensated by
+  Corridor itself (``operations.saga_auto_compensate``, actor ``system:late-money``):
+  the engine books the refund under its hash (``anchor.refund:<hash>``), undoes the
+  conversion and returns the partner's USDC through the hub's outbox, last step first,
+  exactly as an operator's "compensate" would;
+- **seen, not confirmed** (on chain only, or in the record only): the review reason is
+  replaced with what each side says now (``operations.saga_review_evidence``), so the
+  queue never says "no refund" while one is on chain; the saga stays for the next run;
+- **nothing**: the reason stands (it is still true); nothing is written.
+
+An operator who acted first wins: both writes are conditional on the saga still being
+in manual_review for the reason this run read.
+
+The same run looks at the remittances that expired unfunded (``bridge.fill``: "not
+funded by ..."; ended ``compensated`` within LATE_MONEY_FUNDING_WINDOW_S,
+``expired_sql``, index ``sagas_compensated_idx``, newest first): a partner payment
+under the reference that arrived anyway is matched and returned (``late_funding_check``).
+Each candidate costs one Horizon read of the hub's payments after the saga's cursor;
+past LATE_MONEY_BATCH candidates a run reads the newest only.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from anchor import stellar
+from ledger import services as ledger
+from ledger.services import Line
+from sagas import anchor31, hub, operations
+from sagas.models import Saga, SagaStep
+from sagas.plans import remittance
+
+log = logging.getLogger(__name__)
+
+ACTOR = "system:late-money"
+# Reasons a later arrival of the anchor's refund resolves (the leg's own wording).
+AWAITING_REFUND = (r"funded for, with no refund|no refund from the anchor by|"
+                   r"whether it refunded is not proven|a refund arrived after")
+LATE = "a refund arrived after the saga stopped waiting"
+
+
+def awaiting_sql(*, limit: int | None = None) -> tuple[str, list]:
+    """(sql, params): ids of remittances in manual_review for a reason a late refund
+    resolves, least recently changed first (``late_refund_check`` then reads whether
+    the anchor was funded). Registered in corridor/periodic.py."""
+    return ("SELECT id FROM sagas WHERE status = 'manual_review' "
+            "AND kind = 'remittance' AND error ~ %s ORDER BY updated_at LIMIT %s",
+            [AWAITING_REFUND, limit or settings.LATE_MONEY_BATCH])
+
+
+def expired_sql(*, limit: int | None = None) -> tuple[str, list]:
+    """(sql, params): ids of remittances that ended ``compensated`` within
+    LATE_MONEY_FUNDING_WINDOW_S, newest first (``late_funding_check`` then reads
+    whether it was their funding that expired). Served by ``sagas_compensated_idx``;
+    registered in corridor/periodic.py."""
+    return ("SELECT id FROM sagas WHERE status = 'compensated' AND kind = 'remittance' "
+            "AND updated_at > clock_timestamp() - make_interval(secs => %s) "
+            "ORDER BY updated_at DESC LIMIT %s",
+            [settings.LATE_MONEY_FUNDING_WINDOW_S, limit or settings.LATE_MONEY_BATCH])
+
+
+def sweep_late_money() -> dict[str, int]:
+    """One run of the sweep (module docstring): {outcome: count}. A saga whose check
+    fails (Horizon or the anchor unreachable) is left for the next run."""
+    counts: dict[str, int] = {}
+    for sql, check in ((awaiting_sql(), late_refund_check),
+                       (expired_sql(), late_funding_check)):
+        with connection.cursor() as cur:
+            cur.execute(*sql)
+            ids = [row[0] for row in cur.fetchall()]
+        for saga_id in ids:
+            try:
+                outcome = check(saga_id=saga_id)
+            except Exception:  # one saga's trouble never stops the others'
+                log.exception("late money: saga %s could not be checked", saga_id)
+                outcome = "failed"
+            counts[outcome] = counts.get(outcome, 0) + 1
+    if any(k not in ("skipped", "unchanged") for k in counts):
+        log.info("late money: %s", counts)
+    return counts
+
+
+def late_funding_check(*, saga_id: int) -> str:
+    """A remittance that expired unfunded (``bridge.fill`` failed "not funded by
+    ..."): look for the partner's payment under its reference on chain now. One
+    payment that matches (source = the partner's account, amount, USDC) ->
+    ``compensating`` (``operations.saga_reopen_funded``: booked as ``bridge.fill`` under
+    its hash in the transaction that reopens the saga; the compensation returns it to
+    the partner through the hub's outbox, once); anything else under the reference ->
+    ``review`` (manual_review with the evidence: a person returns it); nothing ->
+    ``unchanged``; ``skipped`` when the saga is not such a one (or moved on)."""
+    saga = Saga.objects.filter(pk=saga_id, status=Saga.Status.COMPENSATED,
+                               kind="remittance").first()
+    step = SagaStep.objects.filter(saga_id=saga_id, idx=0, kind="bridge.fill").first()
+    if saga is None or step is None or step.status != "failed" \
+            or "not funded by" not in step.error:
+        return "skipped"
+    address = hub.hub_address()
+    try:
+        incoming = [t for t in stellar.find_transfers_by_reference(
+            address, saga.reference, saga.stellar_cursor) if t.destination == address]
+    except stellar.HorizonUnavailable as exc:
+        log.warning("late money: saga %s: %s", saga_id, exc)
+        return "unreadable"
+    if not incoming:
+        return "unchanged"
+    inp = saga.input
+    amount = Decimal(str(inp["amount"]))
+    expected = (inp["partner_account"], amount, stellar.usdc_asset_id())
+    seen = [{"hash": t.tx_hash, "from": t.source, "amount": str(t.amount),
+             "asset": t.asset, "at": t.created_at} for t in incoming]
+    first = incoming[0]
+    if len(incoming) == 1 and (first.source, first.amount, first.asset) == expected:
+        partner = remittance.partner_account(inp["partner"])
+        booking = ledger.EntrySpec(
+            idempotency_key=f"bridge.fill:{first.tx_hash}", kind="bridge.fill",
+            lines=[Line(remittance.HUB, remittance.USDC, amount),
+                   Line(partner, remittance.USDC, -amount)],
+            reference=first.tx_hash, saga_id=saga_id)
+        done = operations.saga_reopen_funded(
+            saga_id=saga_id, actor=ACTOR, idx=0, booking=booking,
+            output={"tx_hash": first.tx_hash, "from": first.source, "amount": str(amount),
+                    "late": True},
+            evidence={**seen[0], "reference": saga.reference, "expired": step.error})
+        return "compensating" if done else "skipped"
+    listed = ", ".join(f"{t.tx_hash} {t.source} {t.amount} {t.asset}" for t in incoming)
+    reason = (f"what arrived under {saga.reference} after the remittance expired "
+              f"({step.error}) does not match it ({inp['partner_account']} {amount} "
+              f"USDC): {listed}; it is on the hub, unbooked: a person returns it")
+    moved = operations.saga_review_late_money(saga_id=saga_id, actor=ACTOR, reason=reason,
+                                              evidence={"payments": seen})
+    return "review" if moved else "skipped"
+
+
+def late_refund_check(*, saga_id: int) -> str:
+    """Check one saga (module docstring) and act: ``compensating`` (confirmed, saga
+    reopened), ``evidence`` (reason updated), ``unchanged``, ``skipped`` (not a saga
+    this sweep is for, or an operator moved it), ``unreadable`` (Horizon or the anchor
+    could not be read: nothing decided)."""
+    saga = Saga.objects.filter(pk=saga_id, status=Saga.Status.MANUAL_REVIEW).first()
+    if saga is None or not re.search(AWAITING_REFUND, saga.error):
+        return "skipped"
+    step = SagaStep.objects.filter(saga_id=saga_id, kind="anchor.fund",
+                                   status__in=["done", "compensating"]).first()
+    fund = step.output if step else None
+    if not fund or not fund.get("memo") or not fund.get("anchor_tx_id"):
+        return "skipped"
+    read_at = timezone.now()
+    try:
+        seen = remittance.chain_refunds(fund, cursor=saga.stellar_cursor)
+        record = anchor31.get_transaction(fund["anchor_tx_id"])
+    except (stellar.HorizonUnavailable, anchor31.AnchorError) as exc:
+        log.warning("late money: saga %s: %s", saga_id, exc)
+        return "unreadable"
+    recorded, payments = anchor31.refunds_of(record)
+    status = record.get("status")
+    funded = Decimal(str(fund["amount"]))
+    evidence: dict[str, Any] = {
+        "read_at": read_at.isoformat(), "funded": str(funded), "memo": fund["memo"],
+        "anchor_account": fund["account"], "anchor_tx_id": fund["anchor_tx_id"],
+        "chain": [{"hash": t.tx_hash, "amount": str(t.amount), "at": t.created_at}
+                  for t in seen.refunds],
+        "chain_as_of_ledger": seen.ledger, "chain_ledger_closed_at": seen.closed_at.isoformat(),
+        "anchor_status": status, "anchor_refunded": str(recorded),
+        "anchor_refund_payments": [str(p.get("id")) for p in payments]}
+    on_chain = {t.tx_hash for t in seen.refunds}
+    confirmed = (bool(on_chain) and status in (anchor31.REFUNDED, anchor31.ERROR)
+                 and recorded == seen.total and recorded <= funded
+                 and {str(p.get("id")) for p in payments} == on_chain)
+    if confirmed:
+        done = operations.saga_auto_compensate(
+            saga_id=saga_id, actor=ACTOR, reason_was=saga.error, evidence=evidence,
+            note=f"the anchor's refund of {seen.total} USDC is confirmed on chain "
+                 f"({', '.join(sorted(on_chain))}) and in its record ({status})")
+        return "compensating" if done else "skipped"
+    if not on_chain and recorded == 0:
+        return "unchanged"
+    chain_says = seen.describe()
+    reason = (f"{LATE}: {chain_says}; the anchor's record says {status}, refunded "
+              f"{recorded} USDC (payments {', '.join(evidence['anchor_refund_payments']) or 'none'}"
+              f"); funded {funded} USDC. Compensated by Corridor once both agree")
+    if recorded > funded or seen.total > funded:
+        reason += "; more than the funding came back: a person decides"
+    # The height moves on every read: compare what the sides say, not when.
+    if _stable(reason) == _stable(saga.error):
+        return "unchanged"
+    changed = operations.saga_review_evidence(saga_id=saga_id, actor=ACTOR,
+                                              reason_was=saga.error, reason=reason,
+                                              evidence=evidence)
+    return "evidence" if changed else "skipped"
+
+
+def _stable(reason: str) -> str:
+    return re.sub(r"\(Horizon's history as of ledger \d+, closed [^)]*\)", "", reason)
