@@ -32,6 +32,8 @@ violation. One line per seed; on a violation the seed and its schedule; last::
 switches one protection off in every child (``CORRIDOR_PROTECTION_OFF``, read only by
 settings/development.py; ``sweepers`` also disables the sweepers' beat rows);
 ``--until-violation`` stops after the first seed that found one (seeds-to-failure).
+``--cpu-burners N`` runs N spinning processes beside the campaign (a loaded machine:
+timings that hold only on an idle one are defects), stopped with it.
 """
 
 from __future__ import annotations
@@ -138,6 +140,9 @@ class Command(BaseCommand):
                                  "the INR through Razorpay (anchor/refunds.py)")
         parser.add_argument("--traffic", type=float, default=14.0, help="traffic window, s")
         parser.add_argument("--settle", type=float, default=25.0, help="settle time, s")
+        parser.add_argument("--cpu-burners", type=int, default=0,
+                            help="processes that spin beside the campaign (a loaded "
+                                 "machine), stopped with it (corridor.processes.CpuBurners)")
         parser.add_argument("--driver-patience", type=float, default=120.0,
                             help="how long a customer keeps retrying a flow the faults "
                                  "keep breaking (a PostgreSQL crash recovery), s")
@@ -145,7 +150,9 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if os.environ.get("CORRIDOR_CHAOS_CHILD") != "1":
             sys.exit(self._orchestrate(options["protection_off"]))
-        sys.exit(_Campaign(self.stdout, options).run())
+        with processes.CpuBurners(options["cpu_burners"]):
+            code = _Campaign(self.stdout, options).run()
+        sys.exit(code)
 
     def _orchestrate(self, protection_off: str) -> int:
         """Fresh campaign databases, then the campaign in a child with their URLs."""
@@ -301,7 +308,8 @@ class _Campaign:
                      f"process_faults={','.join(PROCESS_FAULTS)} protection_off="
                      f"{self.off or 'none'} faults={'off' if self.no_faults else 'on'} "
                      f"traffic_s={self.traffic_s} settle_s={self.settle_s} "
-                     f"stranded_threshold_s={self.settle_s}")
+                     f"stranded_threshold_s={self.settle_s} "
+                     f"cpu_burners={self.o['cpu_burners']}")
             thresholds = stranded_thresholds()
             self.say("chaos: stranded thresholds (corridor.stranded): " + " ".join(
                 f"{kind}={s:g}s" for kind, s in sorted(thresholds.items())))
