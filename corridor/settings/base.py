@@ -665,6 +665,9 @@ STRANDED_RELEASE_S = env.float("STRANDED_RELEASE_S", default=600.0)
 STRANDED_REFUND_S = env.float("STRANDED_REFUND_S", default=600.0)
 STRANDED_SAGA_S = env.float("STRANDED_SAGA_S", default=600.0)
 STRANDED_RECEIPT_S = env.float("STRANDED_RECEIPT_S", default=900.0)
+# A SEP-31 customer changed after the last decision that waited on it, not looked at
+# since: the poller looks every WITHDRAW_POLL_PERIOD_S.
+STRANDED_RECEIVE_INFO_S = env.float("STRANDED_RECEIVE_INFO_S", default=300.0)
 # Test-only switch (never from the environment): False turns the notify sweeper and
 # the receipt classifier off, which shows that they are what unstrands the money.
 STRANDED_SWEEPERS = True
