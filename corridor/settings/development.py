@@ -79,6 +79,10 @@ SANDBOX_ANCHOR31_STEP_S = env.float("SANDBOX_ANCHOR31_STEP_S", default=0.5)
 SANDBOX_ANCHOR31_EXPIRY_S = env.float("SANDBOX_ANCHOR31_EXPIRY_S", default=86400.0)
 SANDBOX_ANCHOR31_POLL_S = env.float("SANDBOX_ANCHOR31_POLL_S", default=0.2)
 SANDBOX_ANCHOR31_WORKER_POLL_S = env.float("SANDBOX_ANCHOR31_WORKER_POLL_S", default=0.1)
+# The sandbox's wallets and sending anchor (sandbox/drivers.py, sandbox/sender31.py):
+# how often, and how far apart, a transient answer (no answer, a 5xx) is tried again.
+SANDBOX_DRIVER_RETRIES = env.int("SANDBOX_DRIVER_RETRIES", default=6)
+SANDBOX_DRIVER_RETRY_WAIT_S = env.float("SANDBOX_DRIVER_RETRY_WAIT_S", default=2.0)
 
 
 # --- Test-only: one protection off, for manage.py chaos --protection-off NAME ---
