@@ -107,3 +107,16 @@ elif CORRIDOR_PROTECTION_OFF == "step_keys":
     SAGA_FENCING = False
 elif CORRIDOR_PROTECTION_OFF == "sweepers":
     STRANDED_SWEEPERS = False
+elif CORRIDOR_PROTECTION_OFF == "receipt_classifier":
+    RECEIPT_CLASSIFIER_RAISES = False
+elif CORRIDOR_PROTECTION_OFF == "notify_contradiction":
+    RELEASE_NOTIFY_CONTRADICTION = False
+elif CORRIDOR_PROTECTION_OFF == "refund_guard":
+    # A retry after a lost answer from Razorpay's refund create mints a new key.
+    DEPOSIT_REFUND_GUARD = False
+elif CORRIDOR_PROTECTION_OFF == "hub_chain_lookup":
+    # The hub pays an anchor again after a crash without looking on chain first.
+    REMITTANCE_CHAIN_LOOKUP = False
+elif CORRIDOR_PROTECTION_OFF == "compensate_order":
+    # A saga compensates first step first.
+    SAGA_COMPENSATE_IN_REVERSE = False

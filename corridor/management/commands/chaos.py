@@ -28,9 +28,12 @@ violation. One line per seed; on a violation the seed and its schedule; last::
         double_payments=0 double_payouts=0 stranded=0 ap_mismatches=0 manual_review=M \\
         ledger_matches_chain=yes settle_s=… elapsed_s=…
 
-``--protection-off NAME`` (envelope_rule, payout_guard, fencing, step_keys, sweepers)
-switches one protection off in every child (``CORRIDOR_PROTECTION_OFF``, read only by
-settings/development.py; ``sweepers`` also disables the sweepers' beat rows);
+``--protection-off NAME`` (``PROTECTIONS``: envelope_rule, payout_guard, fencing,
+step_keys, sweepers, receipt_classifier, notify_contradiction, refund_guard,
+hub_chain_lookup, compensate_order) switches one protection off in every child
+(``CORRIDOR_PROTECTION_OFF``, read only by settings/development.py; ``sweepers`` also
+disables the sweepers' beat rows); ``manage.py chaos_protections`` prints each one's
+seeds-to-failure;
 ``--until-violation`` stops after the first seed that found one (seeds-to-failure).
 ``--cpu-burners N`` runs N spinning processes beside the campaign (a loaded machine:
 timings that hold only on an idle one are defects), stopped with it.
@@ -66,7 +69,9 @@ from corridor.management.commands.demo import (
 from corridor.stranded import stranded_counts, stranded_thresholds
 
 LOGS = ROOT / ".devservices" / "chaos-logs"
-PROTECTIONS = ("envelope_rule", "payout_guard", "fencing", "step_keys", "sweepers")
+PROTECTIONS = ("envelope_rule", "payout_guard", "fencing", "step_keys", "sweepers",
+               "receipt_classifier", "notify_contradiction", "refund_guard",
+               "hub_chain_lookup", "compensate_order")
 SWEEPER_TASKS = ("anchor.tasks.reconcile_releases", "anchor.tasks.sweep_ap_deposits",
                  "anchor.tasks.reconcile_orders", "anchor.tasks.sweep_unnotified",
                  "anchor.tasks.sweep_submissions", "payouts.tasks.sweep_refunds",
