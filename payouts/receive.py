@@ -115,10 +115,13 @@ def _beneficiary(data: dict[str, str]) -> Beneficiary:
 
 def decide(*, ap_tx: dict) -> str:
     """Decide one SEP-31 transaction AP holds in ``pending_receiver`` or
-    ``pending_customer_info_update`` with no funds received (module docstring). Returns
-    the outcome: ``funds_requested``, ``needs_info``, ``kyc_processing``, ``rejected``,
-    ``not_due``. Raises platform.PlatformError / RpcError, rzp.RazorpayError (try
-    again)."""
+    ``pending_customer_info_update`` with no funds received (module docstring). One
+    decided before (its ``withdrawal_requests`` row exists) that AP has not asked the
+    funds for, whatever the row says (a pass on an older read of AP took a refusal for
+    done once, issue 25 §3), has its customers checked again and the funds asked for
+    again. Returns the outcome: ``funds_requested``, ``needs_info``,
+    ``kyc_processing``, ``rejected``, ``not_due``. Raises platform.PlatformError /
+    RpcError, rzp.RazorpayError (try again)."""
     transaction_id = ap_tx["id"]
     request = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
     if not unasked(ap_tx):
