@@ -23,6 +23,12 @@ def _alive(pid: int) -> bool:
         return f.read().split(") ", 1)[1][0] != "Z"
 
 
+def _cpu_ticks(pid: int) -> int:
+    """User CPU time of ``pid`` so far, in clock ticks (``/proc/<pid>/stat`` utime)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().split(") ", 1)[1].split()[11])
+
+
 def _gone_within(pids: list[int], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -37,9 +43,12 @@ def test_burners_spin_while_the_block_runs_and_stop_when_it_fails():
     try:
         with CpuBurners(2) as burners:
             pids = burners.pids
-            time.sleep(0.5)
-            busy = [int(open(f"/proc/{p}/stat").read().split(") ", 1)[1].split()[11])
-                    for p in pids]  # utime, in clock ticks
+            deadline = time.monotonic() + 30  # a loaded machine starts them late
+            while True:
+                busy = [_cpu_ticks(p) for p in pids]
+                if all(busy) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
             raise RuntimeError("the campaign failed")
     except RuntimeError:
         pass
