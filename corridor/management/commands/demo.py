@@ -536,8 +536,14 @@ class _Demo:
         for fault, params, expect in (
                 ("razorpayx.statement_fee_mismatch", {"fees_extra": 100}, "amount_differs"),
                 ("razorpayx.reversal_statement_only", {"after_s": 1}, "missing_in_books")):
-            payout_id = self._withdrawal_with(sandbox, fault, params)
+            payout_id, status = self._withdrawal_with(sandbox, fault, params)
             reference = f"reversal:{payout_id}" if expect == "missing_in_books" else payout_id
+            if expect == "missing_in_books" and status == "reversed":
+                # Corridor's first read of the payout came after the silent reversal (a
+                # loaded machine): it booked the reversal itself, so nothing is missing.
+                self.say(f"demo: Corridor read {payout_id} reversed itself: no break "
+                         "expected for its reversal\n")
+                continue
             injected.add(("razorpayx", expect, reference))
         self.say(f"demo: {len(injected)} discrepancies injected: {sorted(injected)}\n")
         omitted = [p for (_, kind, p) in injected if kind == "missing_outside"]
@@ -629,7 +635,10 @@ class _Demo:
             "status") == "completed", f"deposit {transaction_id} completed")
         return transaction_id, payment.payment_id
 
-    def _withdrawal_with(self, sandbox, fault: str, params: dict) -> str:
+    def _withdrawal_with(self, sandbox, fault: str, params: dict) -> tuple[str, str]:
+        """A withdrawal paid with ``fault`` on: (RazorpayX payout id, Corridor's payout
+        status once final: ``completed``, or ``reversed`` when a reversal the fault
+        schedules was read before the payout was seen processed)."""
         from payouts.models import WithdrawalPayout
         from sandbox.drivers import Customer, Wallet
 
@@ -640,9 +649,9 @@ class _Demo:
         pay = Customer(sandbox).submit_withdrawal(url, "15")
         wallet.pay(destination=pay["destination"], amount="15", memo=pay["memo"])
         payout = self._until(lambda: WithdrawalPayout.objects.filter(
-            transaction_id=transaction_id, status="completed").first(),
+            transaction_id=transaction_id, status__in=("completed", "reversed")).first(),
             f"the payout of {transaction_id}")
-        return payout.provider_payout_id
+        return payout.provider_payout_id, payout.status
 
     def _until(self, probe, what: str):
         deadline = time.monotonic() + self.timeout
