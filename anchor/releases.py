@@ -579,7 +579,10 @@ def _refusal_contradicted(release: DepositRelease, ap_tx: dict | None) -> bool:
     AP refuses it for good. The release stays ``submitted`` with the reason; the
     reconciler asks AP again (``corridor.stranded`` counts it if that never ends).
     Returns whether it was so. Reading AP a second time here sent a paid, completed
-    deposit to manual_review when the first re-read lagged and the second did not."""
+    deposit to manual_review when the first re-read lagged and the second did not.
+    ``RELEASE_NOTIFY_CONTRADICTION = False`` (tests and ``make chaos`` only): never."""
+    if not settings.RELEASE_NOTIFY_CONTRADICTION:
+        return False
     if ap_tx is None:
         ap_tx = platform.get_transaction(release.transaction_id) or {}
     if ap_tx.get("status") != "pending_anchor":

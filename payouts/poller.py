@@ -87,7 +87,9 @@ def receive_process(*, ap_tx: dict) -> str:
     """One SEP-31 transaction: decided (payouts/receive.py) until its funds were
     requested, then verified and paid like a withdrawal."""
     request = request_of(ap_tx["id"]).first()
-    if request is None or request.funds_requested_at is None:
+    if request is None or request.funds_requested_at is None or receive.unasked(ap_tx):
+        # Also a row that says funds were asked for while AP says they were not: the
+        # decision asks again (a transaction never waits for what it already has).
         return receive.decide(ap_tx=ap_tx)
     if receive.expire_if_due(request, ap_tx):
         return "expired"

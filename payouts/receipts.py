@@ -279,7 +279,7 @@ def _allocate(request: WithdrawalRequest) -> None:
 
 
 def _raise(receipt: StellarReceipt, reason: str) -> str:
-    if not settings.STRANDED_SWEEPERS:
+    if not (settings.STRANDED_SWEEPERS and settings.RECEIPT_CLASSIFIER_RAISES):
         return "unraised"  # the sweeper switched off: allocation goes on, raising stops
     StellarReceipt.objects.filter(pk=receipt.pk, review_reason="").update(
         review_reason=reason[:2000], reviewed_at=timezone.now())

@@ -116,17 +116,26 @@ def _beneficiary(data: dict[str, str]) -> Beneficiary:
 
 def decide(*, ap_tx: dict) -> str:
     """Decide one SEP-31 transaction AP holds in ``pending_receiver`` or
-    ``pending_customer_info_update`` with no funds received (module docstring). Returns
-    the outcome: ``funds_requested``, ``needs_info``, ``kyc_processing``, ``rejected``,
-    ``not_due``. Raises platform.PlatformError / RpcError, rzp.RazorpayError (try
-    again)."""
+    ``pending_customer_info_update`` with no funds received (module docstring). One
+    decided before (its ``withdrawal_requests`` row exists) that AP has not asked the
+    funds for, whatever the row says (a pass on an older read of AP took a refusal for
+    done once, issue 25 §3), has its customers checked again and the funds asked for
+    again. Returns the outcome: ``funds_requested``, ``needs_info``,
+    ``kyc_processing``, ``rejected``, ``not_due``. Raises platform.PlatformError /
+    RpcError, rzp.RazorpayError (try again)."""
     transaction_id = ap_tx["id"]
     request = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
-    if request is not None:
-        return _request_funds(request) if request.funds_requested_at is None else "not_due"
-    if ap_tx.get("transfer_received_at") or ap_tx.get("status") not in (
-            "pending_receiver", "pending_customer_info_update"):
+    if not unasked(ap_tx):
         return "not_due"
+    if request is not None and request.funds_requested_at is not None:
+        # Our row says AP asked for the funds, this read says it has not: an older read
+        # (look again), or a row that took a refusal for done (issue 25 §3: it then
+        # waited for information it already had). Ask again.
+        ap_tx = platform.get_transaction(transaction_id) or ap_tx
+        if not unasked(ap_tx):
+            return "not_due"
+        log.warning("SEP-31 %s: AP is %s, not asked for funds: asking again",
+                    transaction_id, ap_tx.get("status"))
     creator = (ap_tx.get("creator") or {}).get("account") or ""
     sender_id, receiver_id = _ids(ap_tx)
     try:
@@ -135,6 +144,8 @@ def decide(*, ap_tx: dict) -> str:
         waiting = _kyc(ap_tx, [sender, receiver])
         if waiting:
             return waiting
+        if request is not None:  # decided before; AP was not asked (or took it back)
+            return _request_funds(request, people=[sender.id, receiver.id])
         amount_in = _usdc(ap_tx)
         quote_id = ap_tx.get("quote_id") or ""
         if not quote_id:
@@ -152,14 +163,15 @@ def decide(*, ap_tx: dict) -> str:
                        identity=customers.payout_identity(data) or receiver.id)
     except (Refused, quotes.QuoteRefused, limits.LimitReached) as exc:
         limits.release(transaction_id)
-        return _reject(transaction_id, str(exc))
+        return _reject(transaction_id, str(exc), people=[sender_id, receiver_id])
     beneficiary = _beneficiary(data)
     try:
         contact_id, fund_account_id = provider().register_beneficiary(
             beneficiary=beneficiary, reference=transaction_id)
     except ProviderError as exc:
         limits.release(transaction_id)
-        return _reject(transaction_id, f"the receiver's bank details were refused: {exc}")
+        return _reject(transaction_id, f"the receiver's bank details were refused: {exc}",
+                       people=[sender_id, receiver_id])
     try:
         with transaction.atomic():
             request = WithdrawalRequest.objects.create(
@@ -178,12 +190,28 @@ def decide(*, ap_tx: dict) -> str:
         request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
     customers.mark_used(sender.id)
     customers.mark_used(receiver.id)
-    return _request_funds(request)
+    return _request_funds(request, people=[sender.id, receiver.id])
+
+
+def unasked(ap_tx: dict) -> bool:
+    """AP has not asked the sending anchor for the funds: ``pending_receiver`` or
+    ``pending_customer_info_update`` with nothing received (AP 4.3.0: only
+    ``request_onchain_funds`` leaves them for ``pending_sender``, and only
+    ``notify_onchain_funds_received`` sets ``transfer_received_at``)."""
+    return not ap_tx.get("transfer_received_at") and ap_tx.get("status") in (
+        "pending_receiver", "pending_customer_info_update")
+
+
+def _wanted(people: list[str], *, now) -> None:
+    """``info_wanted_at`` of ``people`` (customer ids): ``now`` (a transaction waits on
+    them, as of this look) or None (none does any more)."""
+    Customer.objects.filter(pk__in=[p for p in people if p]).update(info_wanted_at=now)
 
 
 def _kyc(ap_tx: dict, people: list[Customer]) -> str:
     """"" when every customer is ACCEPTED (and AP was told if it was waiting for
-    them); else what to wait for. Raises Refused."""
+    them); else what to wait for, stamping the customers waited for
+    (``info_wanted_at``). Raises Refused."""
     info = None
     for person in people:
         view = customers.answer(person)
@@ -192,10 +220,12 @@ def _kyc(ap_tx: dict, people: list[Customer]) -> str:
         if view.status == customers.NEEDS_INFO and info is None:
             info = (person, view)
         elif view.status == customers.PROCESSING:
+            _wanted([person.id], now=timezone.now())
             return "kyc_processing"
     status = ap_tx.get("status")
     if info is not None:
         person, view = info
+        _wanted([person.id], now=timezone.now())
         if status == "pending_receiver":
             platform.rpc_once("notify_customer_info_updated", {
                 "transaction_id": ap_tx["id"], "customer_id": person.id,
@@ -210,24 +240,29 @@ def _kyc(ap_tx: dict, people: list[Customer]) -> str:
     return ""
 
 
-def _reject(transaction_id: str, message: str) -> str:
+def _reject(transaction_id: str, message: str, *, people: list[str]) -> str:
     log.info("SEP-31 %s refused: %s", transaction_id, message)
     platform.rpc_once("notify_transaction_error",
                       {"transaction_id": transaction_id, "message": message[:250]},
                       reached=lambda tx: tx.get("status") == "error")
+    _wanted(people, now=None)
     return "rejected"
 
 
-def _request_funds(request: WithdrawalRequest) -> str:
+def _request_funds(request: WithdrawalRequest, *, people: list[str]) -> str:
     """``request_onchain_funds`` with our account and memo (repeat-safe), then the row
-    says funds were requested."""
+    says funds were requested and nothing waits on ``people`` (customer ids). A
+    refusal counts as done only when AP did ask (``pending_sender``, or funds received):
+    AP back in ``pending_customer_info_update`` is not asked (issue 25 §3, the receivers
+    of make demo whose IFSC came late). Raises platform.RpcError otherwise."""
     platform.rpc_once("request_onchain_funds", {
         "transaction_id": request.transaction_id, "destination_account": request.destination,
         "memo": request.memo, "memo_type": "id"},
-        reached=lambda tx: tx.get("status") != "pending_receiver" or
+        reached=lambda tx: tx.get("status") == "pending_sender" or
         bool(tx.get("transfer_received_at")))
     WithdrawalRequest.objects.filter(pk=request.pk, funds_requested_at__isnull=True).update(
         funds_requested_at=timezone.now(), updated_at=timezone.now())
+    _wanted(people, now=None)
     return "funds_requested"
 
 

@@ -7,6 +7,7 @@ All over real HTTP against real PostgreSQL."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 from decimal import Decimal
 
@@ -15,9 +16,9 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 from stellar_sdk import Keypair
 
-from anchor import customers
+from anchor import customers, platform
 from anchor.models import Customer, FirmQuote
-from payouts import guard, poller
+from payouts import guard, poller, receive
 from payouts.models import StellarReceipt, WithdrawalPayout, WithdrawalRequest
 from payouts.providers.base import Beneficiary
 from sandbox.sender31 import RECEIVER_FIELDS, SENDER_FIELDS, Payment, SendingAnchor, new_memo
@@ -99,6 +100,33 @@ def test_a_receiver_missing_fields_waits_for_the_sending_anchor(sa, clean_sandbo
                     fields={"bank_number": "HDFC0001234"})
 
     until_status(remittance.transaction_id, "pending_sender")
+
+
+def test_a_pass_on_a_read_from_before_the_info_request_does_not_strand_it(sa, clean_sandbox):
+    """make demo, issue 25 §3: a pass (the poller's listing, an event's task) read AP in
+    ``pending_receiver`` and went on after another pass had asked for the IFSC and the
+    sending anchor had given it; ``request_onchain_funds`` was refused (AP is in
+    ``pending_customer_info_update``) and the refusal was taken as done. Nothing then
+    ever moved the transaction: it waited for information it already had."""
+    fields = receiver()
+    del fields["bank_number"]
+    remittance = sa.start(amount="20", receiver_fields=fields)
+    before = ap(remittance.transaction_id)
+    assert before["status"] == "pending_receiver"
+    until_status(remittance.transaction_id, "pending_customer_info_update")
+    sa.put_customer(type="sep31-receiver", memo=None, customer_id=remittance.receiver_id,
+                    fields={"bank_number": "HDFC0001234"})
+
+    outcome = None
+    with contextlib.suppress(platform.RpcError):
+        outcome = receive.decide(ap_tx=before)  # the first pass goes on, on its old read
+
+    assert outcome != "funds_requested"  # AP did not ask for the funds
+    assert not WithdrawalRequest.objects.filter(funds_requested_at__isnull=False).exists()
+    tx = until_status(remittance.transaction_id, "pending_sender")
+    request = WithdrawalRequest.objects.get(transaction_id=remittance.transaction_id)
+    assert (tx["memo"], request.funds_requested_at is not None) == (request.memo, True)
+    assert Customer.objects.get(pk=remittance.receiver_id).info_wanted_at is None
 
 
 def test_one_quote_backs_one_transaction_only(sa, clean_sandbox):

@@ -28,10 +28,15 @@ violation. One line per seed; on a violation the seed and its schedule; last::
         double_payments=0 double_payouts=0 stranded=0 ap_mismatches=0 manual_review=M \\
         ledger_matches_chain=yes settle_s=… elapsed_s=…
 
-``--protection-off NAME`` (envelope_rule, payout_guard, fencing, step_keys, sweepers)
-switches one protection off in every child (``CORRIDOR_PROTECTION_OFF``, read only by
-settings/development.py; ``sweepers`` also disables the sweepers' beat rows);
+``--protection-off NAME`` (``PROTECTIONS``: envelope_rule, payout_guard, fencing,
+step_keys, sweepers, receipt_classifier, notify_contradiction, refund_guard,
+hub_chain_lookup, compensate_order) switches one protection off in every child
+(``CORRIDOR_PROTECTION_OFF``, read only by settings/development.py; ``sweepers`` also
+disables the sweepers' beat rows); ``manage.py chaos_protections`` prints each one's
+seeds-to-failure;
 ``--until-violation`` stops after the first seed that found one (seeds-to-failure).
+``--cpu-burners N`` runs N spinning processes beside the campaign (a loaded machine:
+timings that hold only on an idle one are defects), stopped with it.
 """
 
 from __future__ import annotations
@@ -64,7 +69,9 @@ from corridor.management.commands.demo import (
 from corridor.stranded import stranded_counts, stranded_thresholds
 
 LOGS = ROOT / ".devservices" / "chaos-logs"
-PROTECTIONS = ("envelope_rule", "payout_guard", "fencing", "step_keys", "sweepers")
+PROTECTIONS = ("envelope_rule", "payout_guard", "fencing", "step_keys", "sweepers",
+               "receipt_classifier", "notify_contradiction", "refund_guard",
+               "hub_chain_lookup", "compensate_order")
 SWEEPER_TASKS = ("anchor.tasks.reconcile_releases", "anchor.tasks.sweep_ap_deposits",
                  "anchor.tasks.reconcile_orders", "anchor.tasks.sweep_unnotified",
                  "anchor.tasks.sweep_submissions", "payouts.tasks.sweep_refunds",
@@ -89,7 +96,8 @@ CHAOS_TIMINGS = {
     "AP_NOTIFY_SWEEP_PERIOD_S": "1", "AP_NOTIFY_SWEEP_AGE_S": "2",
     "AP_NOTIFY_BACKOFF_MAX_S": "3", "AP_NOTIFY_REVIEW_S": "20", "RECEIPT_GRACE_S": "5",
     "STRANDED_NOTIFY_S": "20", "STRANDED_RELEASE_S": "20", "STRANDED_REFUND_S": "20",
-    "STRANDED_SAGA_S": "20", "STRANDED_RECEIPT_S": "20", "PAYOUT_SETTLEMENT_WINDOW_S": "20",
+    "STRANDED_SAGA_S": "20", "STRANDED_RECEIPT_S": "20",
+    "STRANDED_RECEIVE_INFO_S": "20", "PAYOUT_SETTLEMENT_WINDOW_S": "20",
 }
 # Parameters for the faults that need them (the rest take none).
 FAULT_PARAMS = {
@@ -139,6 +147,9 @@ class Command(BaseCommand):
                                  "the INR through Razorpay (anchor/refunds.py)")
         parser.add_argument("--traffic", type=float, default=14.0, help="traffic window, s")
         parser.add_argument("--settle", type=float, default=25.0, help="settle time, s")
+        parser.add_argument("--cpu-burners", type=int, default=0,
+                            help="processes that spin beside the campaign (a loaded "
+                                 "machine), stopped with it (corridor.processes.CpuBurners)")
         parser.add_argument("--driver-patience", type=float, default=120.0,
                             help="how long a customer keeps retrying a flow the faults "
                                  "keep breaking (a PostgreSQL crash recovery), s")
@@ -146,7 +157,9 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if os.environ.get("CORRIDOR_CHAOS_CHILD") != "1":
             sys.exit(self._orchestrate(options["protection_off"]))
-        sys.exit(_Campaign(self.stdout, options).run())
+        with processes.CpuBurners(options["cpu_burners"]):
+            code = _Campaign(self.stdout, options).run()
+        sys.exit(code)
 
     def _orchestrate(self, protection_off: str) -> int:
         """Fresh campaign databases, then the campaign in a child with their URLs."""
@@ -302,7 +315,8 @@ class _Campaign:
                      f"process_faults={','.join(PROCESS_FAULTS)} protection_off="
                      f"{self.off or 'none'} faults={'off' if self.no_faults else 'on'} "
                      f"traffic_s={self.traffic_s} settle_s={self.settle_s} "
-                     f"stranded_threshold_s={self.settle_s}")
+                     f"stranded_threshold_s={self.settle_s} "
+                     f"cpu_burners={self.o['cpu_burners']}")
             thresholds = stranded_thresholds()
             self.say("chaos: stranded thresholds (corridor.stranded): " + " ".join(
                 f"{kind}={s:g}s" for kind, s in sorted(thresholds.items())))
