@@ -202,7 +202,10 @@ def registry() -> dict[str, PeriodicQuery]:
         q("late_money", SWEEP, "sagas", ("sagas_review_idx",), latemoney.awaiting_sql,
           runs_in="sagas.tasks.sweep_late_money"),
         q("late_money.expired", SWEEP, "sagas", ("sagas_compensated_idx",),
-          latemoney.expired_sql, runs_in="sagas.tasks.sweep_late_money"),
+          latemoney.expired_sql, runs_in="sagas.tasks.sweep_late_money",
+          also=("sagas_settled_idx",)),
+        q("late_money.settled", SWEEP, "sagas", ("sagas_settled_idx",),
+          latemoney.settled_sql, runs_in="sagas.tasks.sweep_late_money"),
         q("inbound_drain", SWEEP, "inbound_events", ("inbound_events_waiting_idx",),
           inbox.waiting_events, runs_in="anchor.tasks.inbound_drain"),
         # A queue: folded deltas are deleted, so it never holds finished rows.

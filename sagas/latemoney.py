@@ -31,12 +31,18 @@ The same run looks at the remittances that expired unfunded (``bridge.fill``: "n
 funded by ..."; ended ``compensated`` within LATE_MONEY_FUNDING_WINDOW_S,
 ``expired_sql``, index ``sagas_compensated_idx``, newest first): a partner payment
 under the reference that arrived anyway is matched and returned (``late_funding_check``).
+And at the remittances that settled (``completed`` or ``compensated``) within the
+same window with their ``bridge.fill`` booked (``settled_sql``, index
+``sagas_settled_idx``): any other payment to the hub under the reference (a partner
+who paid twice, another sender) is booked as owed back, returned to its sender through
+the hub's outbox and the return booked, once (``excess_check``).
 Each candidate costs one Horizon read of the hub's payments after the saga's cursor;
 past LATE_MONEY_BATCH candidates a run reads the newest only.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 from decimal import Decimal
@@ -48,8 +54,10 @@ from django.utils import timezone
 
 from anchor import stellar
 from ledger import services as ledger
+from ledger.models import Entry
 from ledger.services import Line
 from sagas import anchor31, hub, operations
+from sagas.legs import LegContext, SagaInfo
 from sagas.models import Saga, SagaStep
 from sagas.plans import remittance
 
@@ -60,6 +68,9 @@ ACTOR = "system:late-money"
 AWAITING_REFUND = (r"funded for, with no refund|no refund from the anchor by|"
                    r"whether it refunded is not proven|a refund arrived after")
 LATE = "a refund arrived after the saga stopped waiting"
+# USDC on the hub that arrived beside a saga's fill, owed back to its sender until the
+# return is booked (nets to zero per payment).
+EXCESS = "owed:remittance-excess"
 
 
 def awaiting_sql(*, limit: int | None = None) -> tuple[str, list]:
@@ -82,12 +93,28 @@ def expired_sql(*, limit: int | None = None) -> tuple[str, list]:
             [settings.LATE_MONEY_FUNDING_WINDOW_S, limit or settings.LATE_MONEY_BATCH])
 
 
+def settled_sql(*, limit: int | None = None) -> tuple[str, list]:
+    """(sql, params): ids of remittances that ended ``completed`` or ``compensated``
+    within LATE_MONEY_FUNDING_WINDOW_S, newest first (``excess_check`` then reads
+    whether money beside the fill arrived under their reference). Served by
+    ``sagas_settled_idx``; registered in corridor/periodic.py."""
+    return ("SELECT id FROM sagas WHERE status IN ('completed', 'compensated') "
+            "AND kind = 'remittance' "
+            "AND updated_at > clock_timestamp() - make_interval(secs => %s) "
+            "ORDER BY updated_at DESC LIMIT %s",
+            [settings.LATE_MONEY_FUNDING_WINDOW_S, limit or settings.LATE_MONEY_BATCH])
+
+
 def sweep_late_money() -> dict[str, int]:
     """One run of the sweep (module docstring): {outcome: count}. A saga whose check
-    fails (Horizon or the anchor unreachable) is left for the next run."""
+    fails (Horizon or the anchor unreachable) is left for the next run. Nothing when
+    LATE_MONEY_SWEEP is off (a test-only switch: ``chaos --protection-off late_money``)."""
     counts: dict[str, int] = {}
+    if not settings.LATE_MONEY_SWEEP:
+        return counts
     for sql, check in ((awaiting_sql(), late_refund_check),
-                       (expired_sql(), late_funding_check)):
+                       (expired_sql(), late_funding_check),
+                       (settled_sql(), excess_check)):
         with connection.cursor() as cur:
             cur.execute(*sql)
             ids = [row[0] for row in cur.fetchall()]
@@ -107,9 +134,11 @@ def late_funding_check(*, saga_id: int) -> str:
     """A remittance that expired unfunded (``bridge.fill`` failed "not funded by
     ..."): look for the partner's payment under its reference on chain now. One
     payment that matches (source = the partner's account, amount, USDC) ->
-    ``compensating`` (``operations.saga_reopen_funded``: booked as ``bridge.fill`` under
-    its hash in the transaction that reopens the saga; the compensation returns it to
-    the partner through the hub's outbox, once); anything else under the reference ->
+    ``compensating`` (``operations.saga_reopen_funded``: the oldest that matches is
+    booked as ``bridge.fill`` under its hash in the transaction that reopens the saga;
+    the compensation returns it to the partner through the hub's outbox, once; any
+    other payment under the reference is ``excess_check``'s once the saga settles
+    again); payments none of which matches ->
     ``review`` (manual_review with the evidence: a person returns it); nothing ->
     ``unchanged``; ``skipped`` when the saga is not such a one (or moved on)."""
     saga = Saga.objects.filter(pk=saga_id, status=Saga.Status.COMPENSATED,
@@ -129,11 +158,10 @@ def late_funding_check(*, saga_id: int) -> str:
         return "unchanged"
     inp = saga.input
     amount = Decimal(str(inp["amount"]))
-    expected = (inp["partner_account"], amount, stellar.usdc_asset_id())
     seen = [{"hash": t.tx_hash, "from": t.source, "amount": str(t.amount),
              "asset": t.asset, "at": t.created_at} for t in incoming]
-    first = incoming[0]
-    if len(incoming) == 1 and (first.source, first.amount, first.asset) == expected:
+    first = remittance.first_match(incoming, inp)
+    if first is not None:
         partner = remittance.partner_account(inp["partner"])
         booking = ledger.EntrySpec(
             idempotency_key=f"bridge.fill:{first.tx_hash}", kind="bridge.fill",
@@ -144,7 +172,8 @@ def late_funding_check(*, saga_id: int) -> str:
             saga_id=saga_id, actor=ACTOR, idx=0, booking=booking,
             output={"tx_hash": first.tx_hash, "from": first.source, "amount": str(amount),
                     "late": True},
-            evidence={**seen[0], "reference": saga.reference, "expired": step.error})
+            evidence={**seen[incoming.index(first)], "reference": saga.reference,
+                      "expired": step.error, "payments": seen})
         return "compensating" if done else "skipped"
     listed = ", ".join(f"{t.tx_hash} {t.source} {t.amount} {t.asset}" for t in incoming)
     reason = (f"what arrived under {saga.reference} after the remittance expired "
@@ -153,6 +182,93 @@ def late_funding_check(*, saga_id: int) -> str:
     moved = operations.saga_review_late_money(saga_id=saga_id, actor=ACTOR, reason=reason,
                                               evidence={"payments": seen})
     return "review" if moved else "skipped"
+
+
+def return_memo(payment_hash: str) -> str:
+    """The memo of the hub's return of the payment ``payment_hash`` (hex): a ``hash``
+    memo carrying that hash, base64 as Horizon shows it. Not the saga's reference: the
+    engine's own refund to the partner goes under the reference to the same account,
+    often for the same amount, and each side's look-up (``hub.find``: memo, to,
+    amount) must never take the other's payment for its own."""
+    return base64.b64encode(bytes.fromhex(payment_hash)).decode()
+
+
+def excess_check(*, saga_id: int) -> str:
+    """A settled remittance whose ``bridge.fill`` was booked: every other payment to the
+    hub under its reference (a partner's retry, another sender or amount) is excess.
+    Each USDC one is booked (``remittance.excess``: hub +X, EXCESS -X, keyed on its
+    hash) with an ``auto.excess`` audit row in one transaction
+    (``operations.saga_book_late_money``), returned to its sender through the hub's
+    outbox (``hub.pay``, key ``{saga_id}:excess:{hash}``, memo ``return_memo``: the
+    look-up by that memo first, so a run that died between paying and booking never
+    pays again), and the return booked under its own hash
+    (``remittance.excess_return``: EXCESS +X, hub -X, with ``auto.excess_returned``).
+    Every write is keyed, so concurrent or repeated runs move it once. A payment in
+    another asset is left where it is (logged: the hub's USDC books are not touched by
+    it). Returns ``returned``, ``booked`` (the hub was busy or its payment's fate is not
+    known yet: the next run finishes), ``unchanged``, ``unreadable`` or ``skipped``."""
+    saga = Saga.objects.filter(pk=saga_id, kind="remittance", status__in=[
+        Saga.Status.COMPLETED, Saga.Status.COMPENSATED]).first()
+    fill = Entry.objects.filter(saga_id=saga_id, kind="bridge.fill") \
+        .values_list("reference", flat=True).first()
+    if saga is None or fill is None:
+        return "skipped"
+    address = hub.hub_address()
+    try:
+        excess = [t for t in stellar.find_transfers_by_reference(
+            address, saga.reference, saga.stellar_cursor)
+            if t.destination == address and t.source != address and t.tx_hash != fill]
+    except stellar.HorizonUnavailable as exc:
+        log.warning("late money: saga %s: %s", saga_id, exc)
+        return "unreadable"
+    outcome = "unchanged"
+    for transfer in excess:
+        if transfer.asset != stellar.usdc_asset_id():
+            log.warning("late money: saga %s: %s %s %s under %s is not USDC: a person "
+                        "returns it", saga_id, transfer.tx_hash, transfer.amount,
+                        transfer.asset, saga.reference)
+            continue
+        if Entry.objects.filter(idempotency_key=f"remittance.excess_return:"
+                                                f"{transfer.tx_hash}").exists():
+            continue
+        outcome = _return_excess(saga, transfer)
+    return outcome
+
+
+def _return_excess(saga: Saga, transfer: stellar.Transfer) -> str:
+    amount, payment_hash = transfer.amount, transfer.tx_hash
+    evidence = {"hash": payment_hash, "from": transfer.source, "amount": str(amount),
+                "asset": transfer.asset, "at": transfer.created_at,
+                "reference": saga.reference}
+    operations.saga_book_late_money(
+        saga_id=saga.id, actor=ACTOR, event="auto.excess", evidence=evidence,
+        booking=ledger.EntrySpec(
+            idempotency_key=f"remittance.excess:{payment_hash}", kind="remittance.excess",
+            lines=[Line(remittance.HUB, remittance.USDC, amount),
+                   Line(EXCESS, remittance.USDC, -amount)],
+            reference=payment_hash, saga_id=saga.id))
+    ctx = LegContext(
+        saga=SagaInfo(id=saga.id, kind=saga.kind, reference=saga.reference,
+                      input=saga.input, stellar_cursor=saga.stellar_cursor),
+        idx=0, leg="remittance.excess", idempotency_key=f"{saga.id}:excess:{payment_hash}",
+        outputs=[], attempt=1, intent=None, worker=ACTOR)
+    payment = hub.Payment(destination=transfer.source, amount=amount, memo_type="hash",
+                          memo=return_memo(payment_hash))
+    try:
+        tx_hash = hub.pay(ctx, payment, crash_name="remittance.excess_return.paid")
+    except (hub.HubBusy, hub.HubPaymentUnknown) as exc:
+        log.info("late money: saga %s: return of %s waits: %s", saga.id, payment_hash, exc)
+        return "booked"
+    operations.saga_book_late_money(
+        saga_id=saga.id, actor=ACTOR, event="auto.excess_returned",
+        evidence={**evidence, "returned_in": tx_hash},
+        booking=ledger.EntrySpec(
+            idempotency_key=f"remittance.excess_return:{payment_hash}",
+            kind="remittance.excess_return",
+            lines=[Line(EXCESS, remittance.USDC, amount),
+                   Line(remittance.HUB, remittance.USDC, -amount)],
+            reference=tx_hash, saga_id=saga.id))
+    return "returned"
 
 
 def late_refund_check(*, saga_id: int) -> str:

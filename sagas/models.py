@@ -56,6 +56,10 @@ class Saga(models.Model):
             # ... and the remittances that ended compensated (a late partner payment).
             models.Index(fields=["updated_at"], name="sagas_compensated_idx",
                          condition=Q(status="compensated", kind="remittance")),
+            # ... and the remittances that settled (a second payment beside the fill).
+            models.Index(fields=["updated_at"], name="sagas_settled_idx",
+                         condition=Q(status__in=["completed", "compensated"],
+                                     kind="remittance")),
         ]
 
     def __str__(self) -> str:

@@ -27,7 +27,9 @@ stopped waiting for it (sagas/latemoney.py, worker ``system:late-money``):
 ``saga_auto_compensate`` (``auto.compensate``; also conditional on the reason it read),
 ``saga_review_evidence`` (``review.evidence``: the reason rewritten with what the chain
 and the anchor say now), ``saga_reopen_funded`` (``auto.late_funding``: a late payment
-booked in the reopening transaction) and ``saga_review_late_money`` (``auto.review``).
+booked in the reopening transaction), ``saga_review_late_money`` (``auto.review``) and
+``saga_book_late_money`` (``auto.excess``, ``auto.excess_returned``: a second payment
+under a reference, and its return, each booked with its audit row).
 """
 
 from __future__ import annotations
@@ -430,3 +432,27 @@ def saga_review_late_money(*, saga_id: int, actor: str, reason: str, evidence: d
                                   "evidence": evidence}, cls=DjangoJSONEncoder),
              actor, row[0]])
     return True
+
+
+def saga_book_late_money(*, saga_id: int, actor: str, event: str,
+                         booking: ledger.EntrySpec, evidence: dict) -> bool:
+    """Book money that moved beside a saga's own flow (``booking``, keyed on the
+    payment's hash: e.g. a second payment under its reference, ``remittance.excess``, or
+    its return, ``remittance.excess_return``) and one ``saga_events`` row ``event``
+    (worker ``actor``, detail: ``evidence``, at the saga's current fence) in ONE
+    transaction. The saga's status is not touched (the money is not the saga's).
+    Returns whether it booked: False when the key was booked already (a replay: nothing
+    written, the event included)."""
+    booked: list[bool] = []
+    with transaction.atomic(), connection.cursor() as cur:
+        def audit(balances=None) -> None:
+            cur.execute(
+                "INSERT INTO saga_events (saga_id, idx, event, detail, worker, fence) "
+                "SELECT id, NULL, %s, %s::jsonb, %s, fence FROM sagas WHERE id = %s",
+                [event, json.dumps({"actor": actor, "booking": booking.idempotency_key,
+                                    "evidence": evidence}, cls=DjangoJSONEncoder),
+                 actor, saga_id])
+            booked.append(cur.rowcount == 1)
+
+        ledger.post_many(entries=[booking], precondition=audit)
+    return bool(booked)

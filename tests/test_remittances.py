@@ -16,11 +16,15 @@ same crash, and the hub check catches it."""
 
 from __future__ import annotations
 
+import base64
+import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 
 import pytest
+from django import db
 from django.conf import settings
 from rest_framework.test import APIClient
 from stellar_sdk import Server, TransactionBuilder
@@ -744,3 +748,151 @@ def test_a_late_partner_payment_that_does_not_match_goes_to_review_with_its_evid
     assert kinds(remittance["id"]) == []
     assert transfers(remittance["memo"], source=hub.hub_address(),
                      destination=partner_wallet["account"]) == []
+
+
+# --- a second payment under a remittance's reference (issue 25 §1) ---------------------
+
+def returns_of(payment_hash: str, *, destination: str) -> list[stellar.Transfer]:
+    """The hub's payments to ``destination`` that return the payment ``payment_hash``
+    (a hash memo naming it: sagas/latemoney.py ``excess_check``)."""
+    memo = base64.b64encode(bytes.fromhex(payment_hash)).decode()
+    return [t for t in stellar.find_transfers_by_reference(hub.hub_address(), memo, "")
+            if t.source == hub.hub_address() and t.destination == destination]
+
+
+def assert_excess_returned_once(saga_id: int, excess: str, partner: str,
+                                hub_chain_before: Decimal) -> None:
+    """The second payment ``excess`` is booked (owed back), returned to ``partner`` once
+    under its hash, the return booked under the return's hash, both audited, and the
+    hub's books equal the chain."""
+    assert [t.amount for t in returns_of(excess, destination=partner)] == [D(AMOUNT)]
+    [booked] = Entry.objects.filter(saga_id=saga_id, kind="remittance.excess")
+    [back] = Entry.objects.filter(saga_id=saga_id, kind="remittance.excess_return")
+    assert booked.reference == excess
+    assert back.reference == returns_of(excess, destination=partner)[0].tx_hash
+    assert [e.worker for e in SagaEvent.objects.filter(
+        saga_id=saga_id, event__in=["auto.excess", "auto.excess_returned"])] \
+        == ["system:late-money"] * 2
+    assert ledger.balance(account="owed:remittance-excess", currency="USDC") == 0
+    assert net(saga_id) == {}
+    assert_hub_matches_chain(hub_chain_before)
+
+
+@pytest.mark.parametrize("sweep", [True, False], ids=["sweep on", "sweep off"])
+def test_a_second_payment_after_the_fill_was_booked_is_booked_and_returned_once(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings, sweep):
+    """Found by ``manage.py chaos`` (a partner retrying while Horizon lagged): a second
+    payment under the reference after ``bridge.fill`` booked the first sat on the hub
+    unbooked and unreturned for ever (hub on chain != ledger). Now the late-money sweep
+    books it (owed back to its sender) with an audit row, and returns it through the
+    hub's outbox under its hash, once, however many sweeps see it. Sweep off (the
+    chaos switch ``late_money``): the hub check catches the unbooked USDC."""
+    settings.LATE_MONEY_SWEEP = sweep
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+    ends(remittance["id"], S.COMPLETED)
+    excess = partner_pays(corridor_on_sandbox, remittance)  # the partner's retry
+
+    for _ in range(3):
+        saga_beat_sweeps()
+
+    if not sweep:
+        with pytest.raises(AssertionError, match="chain moved"):
+            assert_hub_matches_chain(hub_chain)
+        return
+    assert kinds(remittance["id"]) == FORWARD_KINDS + ["remittance.excess",
+                                                       "remittance.excess_return"]
+    assert_excess_returned_once(remittance["id"], excess, partner_wallet["account"],
+                                hub_chain)
+
+
+def test_two_payments_seen_together_book_the_first_and_return_the_second(
+        api, corridor_on_sandbox, partner_wallet, hub_chain):
+    """``bridge.fill`` seeing two matching payments at once stopped the saga for a
+    person ("do not match") with both unbooked on the hub. Now the first is the fill,
+    the saga completes, and the sweep returns the second once."""
+    remittance = create(api)
+    first = partner_pays(corridor_on_sandbox, remittance)
+    excess = partner_pays(corridor_on_sandbox, remittance)
+
+    ends(remittance["id"], S.COMPLETED)
+    for _ in range(3):
+        saga_beat_sweeps()
+
+    assert Entry.objects.get(saga_id=remittance["id"], kind="bridge.fill").reference == first
+    assert_excess_returned_once(remittance["id"], excess, partner_wallet["account"],
+                                hub_chain)
+
+
+def test_a_second_payment_on_a_compensated_saga_is_not_taken_for_its_refund(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch):
+    """The engine's compensation refunds the partner the fill (same account, same
+    amount, under the reference) and the sweep returns the excess: neither's look-up
+    may take the other's payment for its own (the return goes under a hash memo naming
+    the payment it returns). Two payments, the anchor rejects: two payments back."""
+    corridor_on_sandbox.fault("anchor31.reject_before_funding", times=1)
+    rejected_first(monkeypatch)
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+    excess = partner_pays(corridor_on_sandbox, remittance)
+
+    ends(remittance["id"], S.COMPENSATED)
+    for _ in range(3):
+        saga_beat_sweeps()
+
+    refunds = transfers(remittance["memo"], source=hub.hub_address(),
+                        destination=partner_wallet["account"])
+    assert [t.amount for t in refunds] == [D(AMOUNT)]
+    assert_excess_returned_once(remittance["id"], excess, partner_wallet["account"],
+                                hub_chain)
+
+
+def test_two_sweeps_at_once_return_the_excess_once(
+        api, corridor_on_sandbox, partner_wallet, hub_chain):
+    """Two late-money sweeps (beat's and a redelivered one) on the same second payment
+    at the same moment: one booking, one payment back, one return booked."""
+    from sagas import latemoney
+
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+    ends(remittance["id"], S.COMPLETED)
+    excess = partner_pays(corridor_on_sandbox, remittance)
+    start = threading.Barrier(2)
+
+    def sweep(_: int) -> str:
+        try:
+            start.wait(timeout=10)
+            return latemoney.excess_check(saga_id=remittance["id"])
+        finally:
+            db.connection.close()
+
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(sweep, range(2)))
+
+    saga_beat_sweeps()  # whichever waited finishes
+    assert "returned" in outcomes, outcomes
+    assert_excess_returned_once(remittance["id"], excess, partner_wallet["account"],
+                                hub_chain)
+
+
+def test_a_sweep_killed_between_returning_and_booking_returns_once(
+        api, corridor_on_sandbox, partner_wallet, hub_chain):
+    """A sweep SIGKILLed right after Horizon applied the return, before booking it: the
+    next sweep finds the return on chain by its memo (the payment's hash) and books it;
+    it never pays again."""
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+    ends(remittance["id"], S.COMPLETED)
+    excess = partner_pays(corridor_on_sandbox, remittance)
+
+    crashed = run_manage("shell", "-c", "from sagas import latemoney; "
+                         f"latemoney.excess_check(saga_id={remittance['id']})",
+                         crash_at="remittance.excess_return.paid")
+    assert crashed.returncode == -9, crashed.stderr
+    assert len(returns_of(excess, destination=partner_wallet["account"])) == 1
+    assert not Entry.objects.filter(kind="remittance.excess_return").exists()
+
+    for _ in range(2):
+        saga_beat_sweeps()
+    assert_excess_returned_once(remittance["id"], excess, partner_wallet["account"],
+                                hub_chain)

@@ -562,7 +562,12 @@ LATE_MONEY_SWEEP_PERIOD_S = env.float("LATE_MONEY_SWEEP_PERIOD_S", default=60.0)
 LATE_MONEY_BATCH = env.int("LATE_MONEY_BATCH", default=100)
 # The same sweep returns a partner's payment that arrived after its remittance expired
 # unfunded, for remittances that expired within this long (30 days).
+# ... and, for remittances that settled within the same window, returns any payment
+# under the reference beside the one booked as the fill (a partner who paid twice).
 LATE_MONEY_FUNDING_WINDOW_S = env.float("LATE_MONEY_FUNDING_WINDOW_S", default=30 * 86400.0)
+# Test-only switch (never from the environment): False turns the late-money sweep off,
+# which shows that it is what books and returns money that arrives anyway.
+LATE_MONEY_SWEEP = True
 # Test-only switch (never from the environment): False makes the hub's payments skip
 # the look-up on chain (by memo, and by the stored envelope) before paying, which shows
 # that the look-up is what stops a second payment after a crash.

@@ -117,6 +117,9 @@ elif CORRIDOR_PROTECTION_OFF == "refund_guard":
 elif CORRIDOR_PROTECTION_OFF == "hub_chain_lookup":
     # The hub pays an anchor again after a crash without looking on chain first.
     REMITTANCE_CHAIN_LOOKUP = False
+elif CORRIDOR_PROTECTION_OFF == "late_money":
+    # Money that arrives anyway (late, or a second payment) stays on the hub unbooked.
+    LATE_MONEY_SWEEP = False
 elif CORRIDOR_PROTECTION_OFF == "compensate_order":
     # A saga compensates first step first.
     SAGA_COMPENSATE_IN_REVERSE = False

@@ -50,8 +50,11 @@ Money-moving legs (``anchor.fund`` and the refund to the partner) pay through
 Crash points (``CORRIDOR_CRASH_AT``): ``remittance.anchor_fund.paid`` and
 ``remittance.partner_refund.paid``, right after Horizon said the payment applied.
 
-Choices written down here: a partner payment under the reference that does not match
-(another sender, amount or asset, or a second one) stops the saga for a person rather
+Choices written down here: the oldest partner payment under the reference that
+matches (sender, amount, USDC) is the fill; any other payment under the reference (a
+partner's retry, another sender or amount) is excess, booked and returned to its sender
+by the late-money sweep (sagas/latemoney.py ``excess_check``) once the saga settles;
+payments under the reference none of which matches stop the saga for a person rather
 than guessing; a payment arriving after the funding deadline (the saga ended
 compensated, expired) is matched by the late-money sweep (sagas/latemoney.py): one that
 matches is booked as ``bridge.fill`` in the transaction that reopens the saga, whose
@@ -165,6 +168,18 @@ def _since_compensating(ctx: LegContext) -> datetime:
     return event.at if event else timezone.now()
 
 
+def first_match(incoming: list[stellar.Transfer], inp: dict[str, Any]) -> stellar.Transfer | None:
+    """The oldest of ``incoming`` (payments to the hub under the reference, oldest
+    first) that funds the remittance ``inp``: from its partner's account, its amount, in
+    USDC; None if none does. Every other one is excess, returned to its sender by the
+    late-money sweep (sagas/latemoney.py ``excess_check``), never a reason to stop."""
+    expected = (inp["partner_account"], Decimal(str(inp["amount"])), stellar.usdc_asset_id())
+    for transfer in incoming:
+        if (transfer.source, transfer.amount, transfer.asset) == expected:
+            return transfer
+    return None
+
+
 # --- 0 ------------------------------------------------------------------------------
 
 class BridgeFill(Leg):
@@ -203,9 +218,8 @@ class BridgeFill(Leg):
                                f"{height[1].isoformat()}) does not reach fund_by yet")
             return Pending(settings.REMITTANCE_FUNDING_POLL_S,
                            "waiting for the partner's payment")
-        first = incoming[0]
-        expected = (inp["partner_account"], amount, stellar.usdc_asset_id())
-        if len(incoming) > 1 or (first.source, first.amount, first.asset) != expected:
+        first = first_match(incoming, inp)
+        if first is None:
             seen = [f"{t.tx_hash} {t.source} {t.amount} {t.asset}" for t in incoming]
             raise ManualReviewError(
                 f"payments under {ctx.saga.reference} do not match the remittance "

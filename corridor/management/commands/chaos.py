@@ -30,7 +30,7 @@ violation. One line per seed; on a violation the seed and its schedule; last::
 
 ``--protection-off NAME`` (``PROTECTIONS``: envelope_rule, payout_guard, fencing,
 step_keys, sweepers, receipt_classifier, notify_contradiction, refund_guard,
-hub_chain_lookup, compensate_order) switches one protection off in every child
+hub_chain_lookup, compensate_order, late_money) switches one protection off in every child
 (``CORRIDOR_PROTECTION_OFF``, read only by settings/development.py; ``sweepers`` also
 disables the sweepers' beat rows); ``manage.py chaos_protections`` prints each one's
 seeds-to-failure;
@@ -71,7 +71,7 @@ from corridor.stranded import stranded_counts, stranded_thresholds
 LOGS = ROOT / ".devservices" / "chaos-logs"
 PROTECTIONS = ("envelope_rule", "payout_guard", "fencing", "step_keys", "sweepers",
                "receipt_classifier", "notify_contradiction", "refund_guard",
-               "hub_chain_lookup", "compensate_order")
+               "hub_chain_lookup", "compensate_order", "late_money")
 SWEEPER_TASKS = ("anchor.tasks.reconcile_releases", "anchor.tasks.sweep_ap_deposits",
                  "anchor.tasks.reconcile_orders", "anchor.tasks.sweep_unnotified",
                  "anchor.tasks.sweep_submissions", "payouts.tasks.sweep_refunds",
