@@ -765,6 +765,7 @@ def assert_excess_returned_once(saga_id: int, excess: str, partner: str,
     """The second payment ``excess`` is booked (owed back), returned to ``partner`` once
     under its hash, the return booked under the return's hash, both audited, and the
     hub's books equal the chain."""
+    assert_hub_matches_chain(hub_chain_before)
     assert [t.amount for t in returns_of(excess, destination=partner)] == [D(AMOUNT)]
     [booked] = Entry.objects.filter(saga_id=saga_id, kind="remittance.excess")
     [back] = Entry.objects.filter(saga_id=saga_id, kind="remittance.excess_return")
@@ -775,7 +776,6 @@ def assert_excess_returned_once(saga_id: int, excess: str, partner: str,
         == ["system:late-money"] * 2
     assert ledger.balance(account="owed:remittance-excess", currency="USDC") == 0
     assert net(saga_id) == {}
-    assert_hub_matches_chain(hub_chain_before)
 
 
 @pytest.mark.parametrize("sweep", [True, False], ids=["sweep on", "sweep off"])
@@ -875,11 +875,13 @@ def test_two_sweeps_at_once_return_the_excess_once(
                                 hub_chain)
 
 
+@pytest.mark.parametrize("lookup", [True, False], ids=["look-up on", "look-up off"])
 def test_a_sweep_killed_between_returning_and_booking_returns_once(
-        api, corridor_on_sandbox, partner_wallet, hub_chain):
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings, lookup):
     """A sweep SIGKILLed right after Horizon applied the return, before booking it: the
     next sweep finds the return on chain by its memo (the payment's hash) and books it;
-    it never pays again."""
+    it never pays again. Look-up off (REMITTANCE_CHAIN_LOOKUP): it pays twice, and the
+    hub check catches it."""
     remittance = create(api)
     partner_pays(corridor_on_sandbox, remittance)
     ends(remittance["id"], S.COMPLETED)
@@ -892,7 +894,13 @@ def test_a_sweep_killed_between_returning_and_booking_returns_once(
     assert len(returns_of(excess, destination=partner_wallet["account"])) == 1
     assert not Entry.objects.filter(kind="remittance.excess_return").exists()
 
+    settings.REMITTANCE_CHAIN_LOOKUP = lookup
     for _ in range(2):
         saga_beat_sweeps()
+    if not lookup:
+        assert len(returns_of(excess, destination=partner_wallet["account"])) == 2
+        with pytest.raises(AssertionError, match="chain moved"):
+            assert_hub_matches_chain(hub_chain)
+        return
     assert_excess_returned_once(remittance["id"], excess, partner_wallet["account"],
                                 hub_chain)
