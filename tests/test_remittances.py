@@ -904,3 +904,29 @@ def test_a_sweep_killed_between_returning_and_booking_returns_once(
         return
     assert_excess_returned_once(remittance["id"], excess, partner_wallet["account"],
                                 hub_chain)
+
+
+def test_two_late_payments_after_the_deadline_one_reopens_the_other_is_returned(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings):
+    """Two matching partner payments after the remittance expired (a partner retrying
+    late) went to review with both unbooked. Now the oldest reopens the saga as its
+    fill (its compensation repays it under the reference) and the other is returned as
+    excess under its hash: two payments in, two back, the hub's books = chain."""
+    settings.REMITTANCE_FUNDING_DEADLINE_S = 0.5
+    settings.REMITTANCE_FUNDING_GRACE_S = 0.5
+    remittance = create(api)
+    ends(remittance["id"], S.COMPENSATED)
+    first = partner_pays(corridor_on_sandbox, remittance)
+    excess = partner_pays(corridor_on_sandbox, remittance)
+
+    wait_for(lambda: saga_beat_sweeps() or Saga.objects.get(pk=remittance["id"]).status
+             == S.COMPENSATING, timeout=20, what="the sweep seeing the late payments")
+    drive_with_sweeps(remittance["id"], S.COMPENSATED)
+    for _ in range(3):
+        saga_beat_sweeps()
+
+    assert Entry.objects.get(saga_id=remittance["id"], kind="bridge.fill").reference == first
+    assert [t.amount for t in transfers(remittance["memo"], source=hub.hub_address(),
+                                        destination=partner_wallet["account"])] == [D(AMOUNT)]
+    assert_excess_returned_once(remittance["id"], excess, partner_wallet["account"],
+                                hub_chain)
