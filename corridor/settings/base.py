@@ -665,6 +665,13 @@ STRANDED_RELEASE_S = env.float("STRANDED_RELEASE_S", default=600.0)
 STRANDED_REFUND_S = env.float("STRANDED_REFUND_S", default=600.0)
 STRANDED_SAGA_S = env.float("STRANDED_SAGA_S", default=600.0)
 STRANDED_RECEIPT_S = env.float("STRANDED_RECEIPT_S", default=900.0)
+# The campaign's failover fault (corridor/failover.py, manage.py chaos): the standby
+# replays FAILOVER_APPLY_DELAY_S behind the primary; its WAL receipt is cut
+# FAILOVER_LOSS_S before the primary dies (the commits lost); the fault waits at most
+# FAILOVER_IN_FLIGHT_WAIT_S for money in flight before it cuts.
+FAILOVER_APPLY_DELAY_S = env.float("FAILOVER_APPLY_DELAY_S", default=3.0)
+FAILOVER_LOSS_S = env.float("FAILOVER_LOSS_S", default=3.0)
+FAILOVER_IN_FLIGHT_WAIT_S = env.float("FAILOVER_IN_FLIGHT_WAIT_S", default=8.0)
 # Test-only switch (never from the environment): False turns the notify sweeper and
 # the receipt classifier off, which shows that they are what unstrands the money.
 STRANDED_SWEEPERS = True
