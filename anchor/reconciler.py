@@ -44,13 +44,33 @@ def stuck_releases():
 
 
 def reconcile_releases() -> dict[str, int]:
-    """Re-drive stuck releases; returns counts by resulting status."""
+    """Re-drive stuck releases, and rebuild releases a failover lost; returns counts by
+    resulting status (``rebuilt`` for the latter)."""
     counts: dict[str, int] = {}
     for release_id in list(stuck_releases()):
         release = releases.release_drive(release_id=release_id, redrive=True)
         releases.follow_later(release)  # async mode: restart a lost or stopped chain
         counts[release.status] = counts.get(release.status, 0) + 1
+    for transaction_id in list(unreleased_payments()):
+        try:
+            if releases.release_rebuild(transaction_id=transaction_id) is not None:
+                counts["rebuilt"] = counts.get("rebuilt", 0) + 1
+        except (platform.PlatformError, stellar.HorizonUnavailable) as exc:
+            log.warning("rebuild: %s not rebuilt: %s", transaction_id, exc)
     return counts
+
+
+def unreleased_payments(limit: int = 50):
+    """Confirmed payments AP was told about RECONCILER_AGE_S ago with no release claimed
+    (the ``confirmed_not_released`` kind of corridor/stranded.py, on its index): after a
+    failover that lost a release row while AP completed it, the only trace left is AP's
+    hash and the chain (``releases.release_rebuild``). Oldest first, at most ``limit``."""
+    since = timezone.now() - timedelta(seconds=settings.RECONCILER_AGE_S)
+    return (DepositPayment.objects.filter(
+        confirmation=DepositPayment.Confirmation.CONFIRMED, ap_notified_at__isnull=False,
+        release_claimed_at__isnull=True, ap_notified_at__lt=since)
+        .exclude(transaction_id__in=DepositRefund.objects.values("transaction_id"))
+        .order_by("ap_notified_at").values_list("transaction_id", flat=True)[:limit])
 
 
 def sweep_ap_deposits() -> dict[str, int]:

@@ -527,6 +527,35 @@ def find_transfers_by_reference(account: str, reference: str, cursor: str = "", 
     raise HorizonUnavailable(f"more than {max_pages} pages of payments after {cursor}")
 
 
+def transfers_since(account: str, since: datetime, *, max_pages: int = 10) -> list[Transfer]:
+    """Successful payments sent or received by ``account`` whose ledger closed at or
+    after ``since`` (aware datetime), newest first, read from Horizon's
+    ``/accounts/{account}/payments?join=transactions&order=desc`` until an older one.
+    An account Horizon never saw has none. Raises HorizonUnavailable (also past
+    ``max_pages`` pages of 200)."""
+    found: list[Transfer] = []
+    cursor = ""
+    for _ in range(max_pages):
+        try:
+            page = (server().payments().for_account(account).join("transactions")
+                    .cursor(cursor).order(desc=True).limit(200).call())
+        except sdk_errors.NotFoundError:
+            return found
+        except Exception as exc:  # the SDK raises several types for one outage
+            raise HorizonUnavailable(str(exc)) from exc
+        records = page["_embedded"]["records"]
+        for record in records:
+            cursor = record["paging_token"]
+            if datetime.fromisoformat(record["created_at"]) < since:
+                return found
+            if record.get("type") in PAYMENT_TYPES and record.get("transaction_successful",
+                                                                  True):
+                found.append(_transfer(record))
+        if len(records) < 200:
+            return found
+    raise HorizonUnavailable(f"more than {max_pages} pages of payments since {since}")
+
+
 def latest_payment_cursor(account: str) -> str:
     """The paging token of ``account``'s latest payment ("" if none): a saga's
     ``stellar_cursor``, so its look-ups read only what happened after it started."""

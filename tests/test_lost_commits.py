@@ -1,0 +1,97 @@
+"""A failover that loses the last seconds of commits (issue 25 §2), one outbox at a time.
+
+Each test lets money leave (a Stellar payment, a RazorpayX payout) and then loses the
+commits that recorded it (tests/rewind.py: the database as a standby cut just before
+them holds it), while the outside world (the sandbox) keeps everything. Then it runs
+what beat runs, and checks that nothing was paid twice and the lost row was rebuilt
+from the chain or the provider:
+
+- withdrawal payout -> RazorpayX, by the attempt's key (derived from the withdrawal,
+  so a re-claimed payout replays it) and by reference;
+- deposit release, AP still ``pending_anchor`` -> the chain, by the release's memo
+  and destination from the distribution account;
+- deposit release, AP ``completed`` -> AP's hash, checked on the chain;
+- hub payment of a saga leg -> the chain, by the leg's memo (sagas/hub.py step 1).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from anchor.models import DepositPayment, DepositRelease
+from payouts import poller
+from payouts.models import WithdrawalPayout
+from tests import rewind
+from tests.flows import (
+    Wallet,
+    ap,
+    assert_payout_once,
+    assert_released_once,
+    paid_deposit,
+    pending_anchor_withdrawal,
+    run_manage,
+    sandbox_payouts,
+    settle,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def test_a_payout_whose_claim_was_lost_after_razorpayx_took_it_pays_once(clean_sandbox):
+    # given a verified withdrawal whose payout RazorpayX accepted (no webhook yet)
+    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.5)
+    clean_sandbox.fault("razorpayx.webhook_lose", times=3)
+    _, transaction_id = pending_anchor_withdrawal(clean_sandbox)
+    before = rewind.mark()
+    poller.poll_withdrawals()
+    assert len(sandbox_payouts(clean_sandbox, transaction_id)) == 1
+
+    # when the failover loses every commit since (the claim, the attempt's key)
+    lost = rewind.rewind(before)
+    assert lost["withdrawal_payouts"] == 1 and lost["payout_attempts"] == 1
+    assert not WithdrawalPayout.objects.filter(transaction_id=transaction_id).exists()
+
+    # then the poller's next passes rebuild the payout from RazorpayX, paying nothing more
+    settle(transaction_id)
+    assert_payout_once(clean_sandbox, transaction_id)
+
+
+def test_a_release_whose_claim_was_lost_after_it_was_submitted_pays_once(clean_sandbox):
+    # given a paid deposit whose release was submitted, its worker killed before it
+    # told AP (AP still pending_anchor)
+    wallet = Wallet(clean_sandbox)
+    transaction_id = paid_deposit(clean_sandbox, wallet)
+    before = rewind.mark()
+    killed = run_manage("release_deposit", transaction_id, crash_at="after_submit")
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    wait_for(lambda: len(wallet.usdc_payments()) == 1, what="the release on chain")
+
+    # when the failover loses the claim (the envelope, its hash, the channel's sequence)
+    lost = rewind.rewind(before)
+    assert lost["deposit_releases"] == 1
+    assert ap(transaction_id)["status"] == "pending_anchor"
+
+    # then the sweep that finds AP pending_anchor adopts the payment on chain
+    assert settle(transaction_id).status == "completed"
+    assert_released_once(wallet, transaction_id)
+
+
+def test_a_release_lost_after_ap_completed_is_rebuilt_from_ap_and_the_chain(clean_sandbox):
+    # given a deposit released and completed in AP
+    wallet = Wallet(clean_sandbox)
+    transaction_id = paid_deposit(clean_sandbox, wallet)
+    before = rewind.mark()
+    assert settle(transaction_id).status == "completed"
+    assert ap(transaction_id)["status"] == "completed"
+
+    # when the failover loses every commit of the release
+    lost = rewind.rewind(before)
+    assert lost["deposit_releases"] == 1
+    assert DepositPayment.objects.get(transaction_id=transaction_id).release_claimed_at is None
+
+    # then the reconciler rebuilds the release from AP's hash, found on the chain
+    assert settle(transaction_id).status == "completed"
+    assert_released_once(wallet, transaction_id)
+    assert DepositRelease.objects.get(transaction_id=transaction_id).tx_hash == \
+        ap(transaction_id)["stellar_transactions"][0]["id"]
