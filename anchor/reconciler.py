@@ -126,6 +126,7 @@ def reconcile_orders() -> dict[str, int]:
     rejected first frees its order for the real payment in the same pass). Returns
     counts by outcome: confirmed | rejected | unconfirmed, plus ``payment_record``'s."""
     counts: dict[str, int] = {}
+    counts.update(rebuild_lost_orders())
     open_orders = stale_orders()
     for transaction_id in list(unconfirmed_payments()):
         outcome = _confirm_and_drive(transaction_id)
@@ -150,6 +151,27 @@ def reconcile_orders() -> dict[str, int]:
                 outcome = deposits.payment_record(payment=payment)
                 counts[outcome] = counts.get(outcome, 0) + 1
     return counts
+
+
+def rebuild_lost_orders() -> dict[str, int]:
+    """AP deposits waiting for the customer's INR (``pending_user_transfer_start``) with
+    no order in Corridor: a failover lost it (issue 25 §2). Each is rebuilt from
+    Razorpay and AP (``deposits.order_rebuild``); the order pass then records a payment
+    the customer made to it. Returns ``{"order_rebuilt": n}`` when any was."""
+    waiting = platform.list_transactions(statuses=["pending_user_transfer_start"],
+                                         kind="deposit")
+    known = set(DepositOrder.objects.filter(
+        transaction_id__in=[tx["id"] for tx in waiting]).values_list("transaction_id",
+                                                                     flat=True))
+    rebuilt = 0
+    for tx in waiting:
+        if tx["id"] in known:
+            continue
+        try:
+            rebuilt += deposits.order_rebuild(ap_tx=tx) is not None
+        except rzp.RazorpayError as exc:
+            log.warning("order reconciler: %s not rebuilt: %s", tx["id"], exc)
+    return {"order_rebuilt": rebuilt} if rebuilt else {}
 
 
 def stale_orders():

@@ -11,24 +11,31 @@ from the chain or the provider:
 - deposit release, AP still ``pending_anchor`` -> the chain, by the release's memo
   and destination from the distribution account;
 - deposit release, AP ``completed`` -> AP's hash, checked on the chain;
+- deposit order, the customer paid it -> Razorpay's order by receipt and AP's amounts;
 - hub payment of a saga leg -> the chain, by the leg's memo (sagas/hub.py step 1).
 """
 
 from __future__ import annotations
 
-import pytest
+import time
 
-from anchor.models import DepositPayment, DepositRelease
+import pytest
+from django.conf import settings
+
+from anchor import reconciler
+from anchor.models import DepositOrder, DepositPayment, DepositRelease
 from payouts import poller
 from payouts.models import WithdrawalPayout
 from tests import rewind
 from tests.flows import (
+    Customer,
     Wallet,
     ap,
     assert_payout_once,
     assert_released_once,
     paid_deposit,
     pending_anchor_withdrawal,
+    purge_broker,
     run_manage,
     sandbox_payouts,
     settle,
@@ -95,3 +102,33 @@ def test_a_release_lost_after_ap_completed_is_rebuilt_from_ap_and_the_chain(clea
     assert_released_once(wallet, transaction_id)
     assert DepositRelease.objects.get(transaction_id=transaction_id).tx_hash == \
         ap(transaction_id)["stellar_transactions"][0]["id"]
+
+
+def test_a_deposit_order_lost_after_the_customer_paid_it_is_rebuilt_and_released_once(
+        clean_sandbox):
+    # given a deposit whose order Corridor stored and AP took (pending_user_transfer_start)
+    wallet = Wallet(clean_sandbox)
+    purge_broker()
+    transaction_id, url = wallet.start_deposit()
+    before = rewind.mark()
+    customer = Customer(clean_sandbox)
+    order_id = customer.submit_amount(url, "1000")
+    assert ap(transaction_id)["status"] == "pending_user_transfer_start"
+
+    # when the failover loses the order, and the customer pays it at Razorpay
+    lost = rewind.rewind(before)
+    assert lost["deposit_orders"] == 1
+    customer.pay(order_id)
+    purge_broker()  # no worker: the webhook found no order ("unknown_order")
+    assert not DepositPayment.objects.exists()
+
+    # then the order reconciler rebuilds the order and records the payment
+    assert reconciler.reconcile_orders().get("order_rebuilt") == 1
+    assert DepositOrder.objects.get(transaction_id=transaction_id).order_id == order_id
+    time.sleep(settings.ORDER_RECONCILER_AGE_S + 0.1)
+    reconciler.reconcile_orders()
+    wait_for(lambda: DepositPayment.objects.filter(transaction_id=transaction_id,
+                                                   confirmation="confirmed").exists(),
+             what="payment recorded and confirmed")
+    assert settle(transaction_id).status == "completed"
+    assert_released_once(wallet, transaction_id)
