@@ -158,6 +158,8 @@ def rebuild_lost_orders() -> dict[str, int]:
     no order in Corridor: a failover lost it (issue 25 §2). Each is rebuilt from
     Razorpay and AP (``deposits.order_rebuild``); the order pass then records a payment
     the customer made to it. Returns ``{"order_rebuilt": n}`` when any was."""
+    if not settings.DEPOSIT_ORDER_REBUILD:
+        return {}
     waiting = platform.list_transactions(statuses=["pending_user_transfer_start"],
                                          kind="deposit")
     known = set(DepositOrder.objects.filter(
