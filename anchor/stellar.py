@@ -495,7 +495,15 @@ def _transfer(record: dict[str, Any]) -> Transfer:
         memo=tx.get("memo", ""), created_at=record.get("created_at", ""))
 
 
-def find_transfers_by_reference(account: str, reference: str, cursor: str = "", *,
+def transfers_after(account: str, cursor: str = "", *, max_pages: int = 50
+                    ) -> list[Transfer]:
+    """Every successful payment sent or received by ``account`` after paging token
+    ``cursor``, oldest first (``find_transfers_by_reference`` without the memo filter).
+    Raises HorizonUnavailable."""
+    return find_transfers_by_reference(account, None, cursor, max_pages=max_pages)
+
+
+def find_transfers_by_reference(account: str, reference: str | None, cursor: str = "", *,
                                 max_pages: int = 50) -> list[Transfer]:
     """Successful payments sent or received by ``account`` whose transaction memo is
     ``reference``, oldest first, read from Horizon's ``/accounts/{account}/payments
@@ -519,7 +527,8 @@ def find_transfers_by_reference(account: str, reference: str, cursor: str = "", 
                 continue
             if not record.get("transaction_successful", True):
                 continue
-            if (record.get("transaction") or {}).get("memo", "") != reference:
+            if reference is not None and \
+                    (record.get("transaction") or {}).get("memo", "") != reference:
                 continue
             found.append(_transfer(record))
         if len(records) < 200:
