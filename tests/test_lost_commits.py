@@ -11,8 +11,9 @@ from the chain or the provider:
 - deposit release, AP still ``pending_anchor`` -> the chain, by the release's memo
   and destination from the distribution account;
 - deposit release, AP ``completed`` -> AP's hash, checked on the chain;
-- deposit order, the customer paid it -> Razorpay's order by receipt and AP's amounts;
-- hub payment of a saga leg -> the chain, by the leg's memo (sagas/hub.py step 1).
+- deposit order, the customer paid it -> Razorpay's order by receipt and AP's amounts.
+A saga leg's lost hub payment: tests/test_remittances.py (found on chain, not paid
+again, stopped for review).
 """
 
 from __future__ import annotations
