@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import re
-import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -454,8 +453,9 @@ def payout_new_attempt(*, payout_id: int, operator, note: str,
                                    f"{current.status}, attempt {current.attempts})")
         if WithdrawalRefund.objects.filter(transaction_id=transaction_id).exists():
             raise OperationRefused("a refund of this withdrawal was started")
-        attempt = PayoutAttempt.objects.create(payout=current, number=current.attempts + 1,
-                                               idempotency_key=uuid.uuid4())
+        attempt = PayoutAttempt.objects.create(
+            payout=current, number=current.attempts + 1, idempotency_key=guard.attempt_key(
+                transaction_id=transaction_id, number=current.attempts + 1))
         detail = {"previous_attempt": check.latest.number,
                   "previous_key": str(check.latest.idempotency_key),
                   "previous_provider_payout_id": check.latest.provider_payout_id,

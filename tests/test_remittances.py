@@ -33,6 +33,7 @@ from sagas import anchor31, engine, hub, remittances
 from sagas.models import HubPayment, Saga, SagaEvent, SagaStep
 from sagas.plans.remittance import AnchorFund
 from sandbox import keys
+from tests import rewind
 from tests.flows import drive, rejected_first, run_manage, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -744,3 +745,37 @@ def test_a_late_partner_payment_that_does_not_match_goes_to_review_with_its_evid
     assert kinds(remittance["id"]) == []
     assert transfers(remittance["memo"], source=hub.hub_address(),
                      destination=partner_wallet["account"]) == []
+def test_a_hub_payment_whose_commits_were_lost_is_not_paid_again(
+        api, corridor_on_sandbox, hub_chain):
+    """A failover loses every commit of a saga's run after the hub paid the
+    receiving anchor (issue 25 §2; tests/rewind.py) while Horizon and the anchor keep
+    theirs; the saga runs again from its first leg. The anchor leg finds the hub's
+    payment with no record of it and stops for a person instead of paying the anchor's
+    new transaction (SEP-31 cannot find the first one from anything Corridor still
+    holds; the hub's books lack that payment until a person books it: left open)."""
+    # given a funded remittance whose run paid the anchor from the hub, then died (and
+    # a float on the hub, so that a second payment could happen at all)
+    corridor_on_sandbox.http.post("/horizon/sandbox/fund", json={
+        "account": hub.hub_address(), "amount": AMOUNT}).raise_for_status()
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+    before = rewind.mark()
+    killed = run_manage("run_saga", str(remittance["id"]), "--worker", "victim",
+                        crash_at="remittance.anchor_fund.paid")
+    assert killed.returncode == -9, killed.stdout + killed.stderr[-3000:]
+    paid_before = fund_intent(remittance["id"])
+
+    # when the failover loses every commit of that run (legs, bookings, hub payment)
+    lost = rewind.rewind(before)
+    assert lost["saga_hub_payments"] == 1
+
+    # then the saga runs again, finds the hub's unrecorded payment to the anchor and
+    # stops for a person instead of paying the anchor's new transaction a second time
+    ends(remittance["id"], S.MANUAL_REVIEW, worker="rescuer")
+    saga = Saga.objects.get(pk=remittance["id"])
+    assert "already paid this anchor" in saga.error and paid_before["memo"] in saga.error
+    assert len(transfers(paid_before["memo"], source=hub.hub_address(),
+                         destination=paid_before["account"])) == 1
+    intent = SagaStep.objects.get(saga_id=saga.pk, kind="anchor.fund").intent
+    assert intent is None or transfers(intent["memo"], source=hub.hub_address(),
+                                       destination=intent["account"]) == []
