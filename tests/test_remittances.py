@@ -752,7 +752,8 @@ def test_a_hub_payment_whose_commits_were_lost_is_not_paid_again(
     theirs; the saga runs again from its first leg. The anchor leg finds the hub's
     payment with no record of it and stops for a person instead of paying the anchor's
     new transaction (SEP-31 cannot find the first one from anything Corridor still
-    holds; the hub's books lack that payment until a person books it: left open)."""
+    holds); the payment it found is booked as the funding, so the hub's books equal
+    its chain while a person matches it to the anchor's transaction."""
     # given a funded remittance whose run paid the anchor from the hub, then died (and
     # a float on the hub, so that a second payment could happen at all)
     corridor_on_sandbox.http.post("/horizon/sandbox/fund", json={
@@ -779,3 +780,6 @@ def test_a_hub_payment_whose_commits_were_lost_is_not_paid_again(
     intent = SagaStep.objects.get(saga_id=saga.pk, kind="anchor.fund").intent
     assert intent is None or transfers(intent["memo"], source=hub.hub_address(),
                                        destination=intent["account"]) == []
+    # and the hub's payment it found is booked with the stop: the hub's books equal its
+    # chain while the saga waits for a person (the float funded above is not the books')
+    assert_hub_matches_chain(hub_chain + D(AMOUNT))

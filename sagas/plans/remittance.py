@@ -322,14 +322,21 @@ class AnchorFund(Leg):
         chain kept them: paying the new transaction's memo would pay twice, and SEP-31
         gives no way to find the first transaction by anything Corridor still holds.
         Raises ManualReviewError with the evidence (a person matches the payment to the
-        anchor's transaction)."""
+        anchor's transaction), booking each such payment as the funding it was
+        (``anchor.fund:<hash>``: hub -X, anchor +X) in the same commit as the stop, so
+        the hub's books equal its chain while the saga waits (the payment is rebuilt from
+        the chain; only its anchor transaction is left for the person)."""
         lost = hub.unrecorded(destination=created["stellar_account_id"], amount=amount,
                               memo=created["stellar_memo"], cursor=ctx.stellar_cursor)
         if lost:
             raise ManualReviewError(
                 "the hub already paid this anchor " + format(amount, "f") + " USDC since "
                 "the saga started with no record of it (commits lost): " + ", ".join(
-                    f"{t.tx_hash} memo {t.memo}" for t in lost) + "; not paid again")
+                    f"{t.tx_hash} memo {t.memo}" for t in lost) + "; booked as this "
+                "saga's funding of the anchor, not paid again",
+                bookings=[Booking("anchor.fund", [Line(HUB, USDC, -t.amount),
+                                                  Line(ANCHOR, USDC, t.amount)],
+                                  reference=t.tx_hash) for t in lost])
 
     @staticmethod
     def _check_not_rejected(intent: dict[str, Any]) -> None:
