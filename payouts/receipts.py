@@ -67,6 +67,23 @@ def sender_matches(sender: str, expected: str) -> bool:
 def scan(*, max_pages: int = 20) -> int:
     """Read new payments into our account; returns how many were stored. Raises
     stellar.HorizonUnavailable."""
+    return _scan(max_pages)[0]
+
+
+def scanned_through(*, max_pages: int = 20) -> datetime | None:
+    """The ledger close time (UTC) up to which every payment into our account is stored
+    as a receipt: Horizon's history height read first (``stellar.history_height``: a
+    node's history only grows), then a scan to the end of its history. None when the
+    scan stopped after ``max_pages`` with more to read. A decision that "nothing was
+    paid by T" rests on this being at or past T (issue 25 §1: a lagging Horizon hides
+    on-time payments). Raises stellar.HorizonUnavailable."""
+    _, closed_at = stellar.history_height()
+    _, complete = _scan(max_pages)
+    return closed_at if complete else None
+
+
+def _scan(max_pages: int) -> tuple[int, bool]:
+    """(receipts stored, whether the scan reached the end of Horizon's history)."""
     account = withdraw_account()
     state, _ = ChainCursor.objects.get_or_create(account=account)
     cursor, stored = state.cursor, 0
@@ -86,8 +103,8 @@ def scan(*, max_pages: int = 20) -> int:
             stored += _store(record)
         ChainCursor.objects.filter(pk=state.pk).update(cursor=cursor)
         if len(records) < PAGE:
-            break
-    return stored
+            return stored, True
+    return stored, False
 
 
 def _store(record: dict) -> int:

@@ -253,14 +253,24 @@ def expire_if_due(request: WithdrawalRequest, ap_tx: dict) -> bool:
     """A receive still waiting for its USDC (AP ``pending_sender``, nothing received by
     AP or by us) whose firm quote expired: AP's ``notify_transaction_expired`` (AP expires
     nothing itself, §3.3), then the row is ``expired`` (a later payment is raised for a
-    refund: payouts/receipts.py). True when it is expired now."""
+    refund: payouts/receipts.py). "Nothing received" rests only on a receipt scan whose
+    Horizon history reaches the quote's expiry (``receipts.scanned_through``); until
+    then it waits (issue 25 §1: an on-time payment hidden by a lagging Horizon was
+    expired). True when it is expired now. Raises stellar.HorizonUnavailable."""
     if request.status == WithdrawalRequest.Status.EXPIRED:
         return True
     quote = _quote_of(request)
     if (quote is None or timezone.now() <= quote.expires_at
             or ap_tx.get("status") != "pending_sender" or ap_tx.get("transfer_received_at")
-            or request.status != WithdrawalRequest.Status.AWAITING_FUNDS
-            or receipts.verify(request, ap_source="").first_at is not None):
+            or request.status != WithdrawalRequest.Status.AWAITING_FUNDS):
+        return False
+    covered = receipts.scanned_through()
+    if covered is None or covered < quote.expires_at:
+        log.info("SEP-31 %s: quote expired at %s, receipts scanned only through %s: "
+                 "waiting", request.transaction_id, quote.expires_at.isoformat(),
+                 covered.isoformat() if covered else "(scan incomplete)")
+        return False
+    if receipts.verify(request, ap_source="").first_at is not None:
         return False
     platform.rpc_once("notify_transaction_expired", {
         "transaction_id": request.transaction_id,

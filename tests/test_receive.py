@@ -7,6 +7,7 @@ All over real HTTP against real PostgreSQL."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from decimal import Decimal
 
@@ -20,7 +21,14 @@ from anchor.models import Customer, FirmQuote
 from payouts import guard, poller
 from payouts.models import StellarReceipt, WithdrawalPayout, WithdrawalRequest
 from payouts.providers.base import Beneficiary
-from sandbox.sender31 import RECEIVER_FIELDS, SENDER_FIELDS, Payment, SendingAnchor, new_memo
+from sandbox.sender31 import (
+    RECEIVER_FIELDS,
+    SENDER_FIELDS,
+    Payment,
+    SenderError,
+    SendingAnchor,
+    new_memo,
+)
 from tests.factories import (
     PayoutAttemptFactory,
     WithdrawalPayoutFactory,
@@ -218,6 +226,36 @@ def test_an_expired_quote_expires_the_transaction_and_a_late_payment_is_raised(
     request = WithdrawalRequest.objects.get(transaction_id=remittance.transaction_id)
     assert request.status == "expired"
     assert sandbox_payouts(clean_sandbox, remittance.transaction_id) == []
+
+
+def test_an_on_time_payment_hidden_by_a_lagging_horizon_does_not_expire_the_receive(
+        sa, clean_sandbox):
+    """Issue 25 §1: the SA paid before the quote expired, but Horizon's history lagged
+    (``horizon.lookup_lag``) past the expiry, so Corridor's scan (and AP's observer) saw
+    nothing: the expiry took "no receipt" as proof, expired the transaction at AP and
+    left the on-time USDC to an operator's refund. Now it expires only on a scan whose
+    history reaches the quote's expiry; Horizon catching up pays the receiver."""
+    remittance = sa.start(amount="50", receiver_fields=receiver())
+    until_status(remittance.transaction_id, "pending_sender")
+    txn = sa.transaction(remittance.transaction_id)
+    clean_sandbox.fault("horizon.lookup_lag", ledgers=100_000)
+    try:  # on time: its ledger closes before the quote expires
+        sa.pay(txn)
+    except SenderError:  # applied, unseen by the lagging node: tx_bad_seq (stellar/go #2628)
+        pass
+    time.sleep(1.1)  # ledger close times are whole seconds
+    FirmQuote.objects.filter(quote_id=remittance.quote["id"]).update(expires_at=timezone.now())
+
+    for _ in range(5):  # passes behind the lagging Horizon, all past the expiry
+        poller.poll_withdrawals()
+        time.sleep(0.2)
+    assert ap(remittance.transaction_id)["status"] == "pending_sender"
+    assert WithdrawalRequest.objects.get(
+        transaction_id=remittance.transaction_id).status == "awaiting_funds"
+    clean_sandbox.clear_faults()  # Horizon caught up
+
+    until_status(remittance.transaction_id, "completed")
+    assert len(sandbox_payouts(clean_sandbox, remittance.transaction_id)) == 1
 
 
 def test_usdc_that_arrived_after_the_quote_expired_is_not_paid_at_it(sa, clean_sandbox):
