@@ -648,6 +648,58 @@ def test_a_refund_arriving_after_the_review_decision_is_confirmed_then_compensat
     assert_hub_matches_chain(hub_chain)
 
 
+def test_an_anchor_refund_after_the_compensation_deadline_is_confirmed_by_the_sweep(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, settings):
+    """``anchor.fund``'s compensation waits REMITTANCE_REFUND_DEADLINE_S for the anchor's
+    refund, counted from when the compensation started, then stops for a person ("no
+    refund from the anchor by ...") on a Horizon history that reaches the deadline. An
+    operator's "compensate" starts one too: the wait was counted from each read (no
+    ``saga.compensating`` event), so the deadline never came and a saga whose anchor
+    never refunds waited, compensating, out of the review queue, for ever. The anchor's
+    refund after the stop is confirmed by the late-money sweep (chain and the anchor's
+    record), which compensates the saga by itself, booking the refund once."""
+    from django.contrib.auth.models import User
+
+    from sagas import operations
+
+    sandbox = corridor_on_sandbox
+    remittance = stopped_for_no_refund(api, sandbox, monkeypatch, settings,
+                                       hold_refund_s=15.0)
+    saga_id, intent = remittance["id"], fund_intent(remittance["id"])
+    settings.REMITTANCE_REFUND_DEADLINE_S = 1.0
+    olga = User.objects.create_superuser("olga", "olga@example.com", "x" * 16)
+    operations.saga_compensate(saga_id=saga_id, operator=olga,
+                               note="the anchor says it is refunding")
+
+    past = time.monotonic() + settings.REMITTANCE_REFUND_DEADLINE_S + 3.0
+    while Saga.objects.get(pk=saga_id).status == S.COMPENSATING and time.monotonic() < past:
+        engine.run(saga_id, "driver", dispatch=False)
+        time.sleep(0.2)
+    saga = Saga.objects.get(pk=saga_id)
+    assert saga.status == S.MANUAL_REVIEW, f"{saga.status}: {saga.error}"
+    assert "no refund from the anchor by" in saga.error and "as of ledger" in saga.error
+    assert anchor31.get_transaction(intent["anchor_tx_id"])["status"] == "error"
+    assert "anchor.refund" not in kinds(saga_id)
+
+    wait_for(lambda: anchor31.get_transaction(intent["anchor_tx_id"])["status"]
+             == "refunded", timeout=40, what="the anchor's late refund")
+    saga = drive_with_sweeps(saga_id, S.COMPENSATED)
+
+    assert saga.status == S.COMPENSATED, f"{saga.status}: {saga.error}"
+    [auto] = SagaEvent.objects.filter(saga_id=saga_id, event="auto.compensate")
+    assert auto.worker == "system:late-money"
+    back = transfers(intent["memo"], source=intent["account"], destination=hub.hub_address())
+    assert [t.amount for t in back] == [D(AMOUNT)]
+    assert [c["hash"] for c in auto.detail["evidence"]["chain"]] == [back[0].tx_hash]
+    assert Entry.objects.get(saga_id=saga_id, kind="anchor.refund").reference == \
+        back[0].tx_hash
+    refunds = transfers(remittance["memo"], source=hub.hub_address(),
+                        destination=partner_wallet["account"])
+    assert [t.amount for t in refunds] == [D(AMOUNT)]
+    assert net(saga_id) == {}
+    assert_hub_matches_chain(hub_chain)
+
+
 def test_an_operator_who_acted_first_wins_over_the_late_money_sweep(
         api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, settings):
     """The sweep's reopening is conditional on the saga still being in manual_review for

@@ -157,10 +157,13 @@ def chain_refunds(fund: dict[str, Any], *, cursor: str) -> ChainRefunds:
 
 
 def _since_compensating(ctx: LegContext) -> datetime:
-    """When this compensation started: the saga's ``saga.compensating``, or the later
-    ``auto.compensate`` that reopened it once its late refund was confirmed."""
-    event = SagaEvent.objects.filter(saga_id=ctx.saga.id,
-                                     event__in=["saga.compensating", "auto.compensate"]) \
+    """When this compensation started: the saga's ``saga.compensating``, an operator's
+    ``operator.compensate`` of a saga stopped going forward, or the later
+    ``auto.compensate`` that reopened it once its late refund was confirmed (without the
+    operator's, the deadline was counted from each read and never came)."""
+    event = SagaEvent.objects.filter(
+        saga_id=ctx.saga.id,
+        event__in=["saga.compensating", "operator.compensate", "auto.compensate"]) \
         .order_by("-id").first()
     return event.at if event else timezone.now()
 
