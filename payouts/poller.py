@@ -61,6 +61,9 @@ def poll_withdrawals() -> dict[str, int]:
     for outcome, n in receipts.classify_receipts().items():
         if n:
             counts[f"receipts_{outcome}"] = n
+    for receipt in receipts.late_for_expired_receives():  # late money goes back by itself
+        if operations.late_receipt_refund(receipt_id=receipt.pk) is not None:
+            count("late_refunded")
     return counts
 
 

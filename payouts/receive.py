@@ -27,10 +27,13 @@ rule 3), the beneficiary is validated (payouts/beneficiaries.py), and the INR is
 once by the payout guard, which moves AP to ``pending_external`` and ``completed``.
 
 A transaction still ``pending_sender`` when its quote expires is expired at AP
-(``expire_if_due``), and USDC that arrives after the quote expired is never paid at it
-(``late_for_quote``: a person decides). Limits count per person, not per customer row
-(anchor/limits.py identities): the same bank account under a new memo, or a customer
-deleted and registered again, meets the same limits and the same rejection.
+(``expire_if_due``, only once Corridor's receipt scan covers Horizon's history up to
+the expiry), and USDC that arrives after the quote expired is never paid at it
+(``late_for_quote``: a person decides; after the expiry Corridor returns it to its
+sender by itself, ``payouts.operations.late_receipt_refund``). Limits count per person,
+not per customer row (anchor/limits.py identities): the same bank account under a new
+memo, or a customer deleted and registered again, meets the same limits and the same
+rejection.
 
 A remittance whose payout can never succeed (``failed_for_good``: the bank says the
 receiver's account is invalid, closed or frozen, at validation or at payout) is refunded
@@ -287,15 +290,26 @@ def late_for_quote(request: WithdrawalRequest, first_receipt_at) -> str:
 def expire_if_due(request: WithdrawalRequest, ap_tx: dict) -> bool:
     """A receive still waiting for its USDC (AP ``pending_sender``, nothing received by
     AP or by us) whose firm quote expired: AP's ``notify_transaction_expired`` (AP expires
-    nothing itself, §3.3), then the row is ``expired`` (a later payment is raised for a
-    refund: payouts/receipts.py). True when it is expired now."""
+    nothing itself, §3.3), then the row is ``expired`` (a later payment is returned to
+    its sender: payouts/receipts.py ``late_for_expired_receives``). "Nothing received"
+    rests only on a receipt scan whose Horizon history reaches the quote's expiry
+    (``receipts.scanned_through``); until then it waits (issue 25 §1: an on-time payment
+    hidden by a lagging Horizon was expired). True when it is expired now. Raises
+    stellar.HorizonUnavailable."""
     if request.status == WithdrawalRequest.Status.EXPIRED:
         return True
     quote = _quote_of(request)
     if (quote is None or timezone.now() <= quote.expires_at
             or ap_tx.get("status") != "pending_sender" or ap_tx.get("transfer_received_at")
-            or request.status != WithdrawalRequest.Status.AWAITING_FUNDS
-            or receipts.verify(request, ap_source="").first_at is not None):
+            or request.status != WithdrawalRequest.Status.AWAITING_FUNDS):
+        return False
+    covered = receipts.scanned_through()
+    if covered is None or covered < quote.expires_at:
+        log.info("SEP-31 %s: quote expired at %s, receipts scanned only through %s: "
+                 "waiting", request.transaction_id, quote.expires_at.isoformat(),
+                 covered.isoformat() if covered else "(scan incomplete)")
+        return False
+    if receipts.verify(request, ap_source="").first_at is not None:
         return False
     platform.rpc_once("notify_transaction_expired", {
         "transaction_id": request.transaction_id,

@@ -18,7 +18,9 @@ schedule exactly (the system's own timing still varies):
 - process faults: SIGKILL of web, of a worker and of beat, a worker frozen (SIGSTOP)
   past its saga lease then woken (the lease holder when there is one), a Redis
   restart, a PostgreSQL ``pg_ctl restart -m immediate``, a Celery message dropped
-  from the queue; each at least once per seed.
+  from the queue, a failover to a standby that lost the last seconds of commits
+  (``corridor.failover``; the sandbox's database is on a server of its own, as the
+  outside world keeps its history); each at least once per seed.
 
 Then every fault off, settle (``--settle`` s), and the checks of
 ``corridor.invariants``. A fault type that never fired while money was in flight is a
@@ -58,7 +60,7 @@ from django.core.management import BaseCommand
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from corridor import invariants, processes
+from corridor import failover, invariants, processes
 from corridor.management.commands.demo import (
     DEMO_TIMINGS,
     ROOT,
@@ -77,7 +79,7 @@ SWEEPER_TASKS = ("anchor.tasks.reconcile_releases", "anchor.tasks.sweep_ap_depos
                  "anchor.tasks.sweep_submissions", "payouts.tasks.sweep_refunds",
                  "sagas.tasks.resume_sagas")
 PROCESS_FAULTS = ("kill_web", "kill_worker", "kill_beat", "pause_worker", "restart_redis",
-                  "restart_postgres", "drop_task")
+                  "restart_postgres", "drop_task", "failover")
 CHAOS_TIMINGS = {
     **DEMO_TIMINGS,
     "RECONCILER_PERIOD_S": "1", "RECONCILER_AGE_S": "1.5", "STELLAR_TX_TIMEOUT_S": "4",
@@ -165,7 +167,16 @@ class Command(BaseCommand):
         """Fresh campaign databases, then the campaign in a child with their URLs."""
         base = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:54329/corridor"
         db = _with_name(base, "corridor_chaos")
-        sandbox_db = _with_name(base, "corridor_sandbox_chaos")
+        # The sandbox plays the outside world, which keeps its history when Corridor's
+        # database fails over: its database lives on a server of its own.
+        outside = failover.outside_start()
+        try:
+            return self._orchestrate_on(protection_off, db,
+                                        outside.url("corridor_sandbox_chaos"))
+        finally:
+            outside.stop()
+
+    def _orchestrate_on(self, protection_off: str, db: str, sandbox_db: str) -> int:
         _recreate_database(db)
         _recreate_database(sandbox_db)
         broker = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:63799/0")
@@ -459,8 +470,14 @@ class _Campaign:
                 processes.restart_redis()
                 done = True
             elif name == "restart_postgres":
-                processes.restart_postgres()
+                with failover.SERVER_LOCK:
+                    processes.restart_postgres()
                 done = True
+            elif name == "failover":
+                done = failover.chaos_fault(
+                    database_url=os.environ["DATABASE_URL"], say=self.say,
+                    apply_delay_s=settings.FAILOVER_APPLY_DELAY_S,
+                    lose_s=settings.FAILOVER_LOSS_S, wait_s=settings.FAILOVER_IN_FLIGHT_WAIT_S)
             elif name == "drop_task":
                 done = processes.drop_task(self.broker)
             elif name == "pause_worker":
