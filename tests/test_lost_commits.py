@@ -11,7 +11,10 @@ from the chain or the provider:
 - deposit release, AP still ``pending_anchor`` -> the chain, by the release's memo
   and destination from the distribution account;
 - deposit release, AP ``completed`` -> AP's hash, checked on the chain;
-- deposit order, the customer paid it -> Razorpay's order by receipt and AP's amounts.
+- deposit order, the customer paid it -> Razorpay's order by receipt and AP's amounts;
+- withdrawal refund, AP still ``pending_anchor`` -> the chain, by destination, amount
+  and memo from the distribution account (the refund sweep, or the next refund claim);
+- withdrawal refund, AP ``refunded`` -> AP's refund hash, checked on the chain.
 A saga leg's lost hub payment: tests/test_remittances.py (found on chain, not paid
 again, stopped for review).
 """
@@ -21,11 +24,13 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.contrib.auth.models import User
 
-from anchor import reconciler
+from anchor import platform, reconciler, stellar
 from anchor.models import DepositOrder, DepositPayment, DepositRelease
-from payouts import poller
-from payouts.models import WithdrawalPayout
+from ledger.models import Entry
+from payouts import operations, poller, tasks
+from payouts.models import StellarReceipt, WithdrawalPayout, WithdrawalRefund
 from tests import rewind
 from tests.flows import (
     Customer,
@@ -39,6 +44,7 @@ from tests.flows import (
     run_manage,
     sandbox_payouts,
     settle,
+    short_withdrawal,
     wait_for,
 )
 
@@ -137,3 +143,102 @@ def test_a_deposit_order_lost_after_the_customer_paid_it_is_rebuilt_and_released
     wait_for(confirmed, timeout=60, what="payment recorded and confirmed")
     assert settle(transaction_id).status == "completed"
     assert_released_once(wallet, transaction_id)
+
+
+# --- the withdrawal-refund outbox ---------------------------------------------------------
+
+def _refunds_on_chain(wallet: Wallet) -> list[str]:
+    """Hashes of the USDC payments the distribution account sent the wallet."""
+    distribution = stellar.distribution_keypair().public_key
+    return [p["transaction_hash"] for p in wallet.usdc_payments() if p["from"] == distribution]
+
+
+def _assert_refunded_once(wallet: Wallet, request, settings) -> WithdrawalRefund:
+    """One refund payment on chain; the row holds its hash, completed and booked (rule
+    6), its receipts settled; AP refunded with that hash."""
+    sent = _refunds_on_chain(wallet)
+    assert len(sent) == 1, sent
+    refund = WithdrawalRefund.objects.get(transaction_id=request.transaction_id)
+    assert (refund.status, refund.tx_hash) == ("completed", sent[0]), refund.last_error
+    assert Entry.objects.filter(idempotency_key=f"refund:{refund.pk}").exists()
+    assert not StellarReceipt.objects.filter(transaction_id=request.transaction_id,
+                                             settled_at__isnull=True).exists()
+    tx = platform.get_transaction(request.transaction_id)
+    assert tx["status"] == "refunded"
+    assert [p["id"] for p in tx["refunds"]["payments"]] == [sent[0]]
+    return refund
+
+
+def test_a_withdrawal_refund_lost_after_it_was_submitted_is_adopted_not_paid_again(
+        clean_sandbox, settings):
+    # given a short withdrawal in review whose refund landed on chain, the drive cut by a
+    # 504 before it told AP (AP still pending_anchor)
+    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
+    wallet, request = short_withdrawal(clean_sandbox, settings)
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    before = rewind.mark()
+    clean_sandbox.fault("horizon.submit_504_after_apply", times=1)
+    first = operations.withdrawal_refund_on_chain(request_id=request.pk, operator=operator,
+                                                  note="short: sent back")
+    assert first.status == "submitting"
+    wait_for(lambda: _refunds_on_chain(wallet) == [first.tx_hash], what="refund on chain")
+
+    # when the failover loses the refund's commit (row, envelope, audit row, booking)
+    lost = rewind.rewind(before)
+    assert lost["withdrawal_refunds"] == 1
+    assert platform.get_transaction(request.transaction_id)["status"] == "pending_anchor"
+
+    # then the refund sweep adopts the payment on chain and tells AP, and the operator
+    # who refunds again (the console shows no refund) pays nothing more
+    time.sleep(settings.REFUND_SWEEP_AGE_S + 0.1)
+    assert tasks.sweep_refunds().get("rebuilt") == 1
+    refund = _assert_refunded_once(wallet, request, settings)
+    assert refund.tx_hash == first.tx_hash
+    with pytest.raises(operations.OperationRefused, match="refunded already"):
+        operations.withdrawal_refund_on_chain(request_id=request.pk, operator=operator,
+                                              note="again")
+    _assert_refunded_once(wallet, request, settings)
+
+
+def test_a_withdrawal_refund_lost_before_it_was_swept_is_adopted_by_the_next_claim(
+        clean_sandbox, settings):
+    # given the same refund lost after it landed, and no sweep yet
+    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
+    wallet, request = short_withdrawal(clean_sandbox, settings)
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    before = rewind.mark()
+    clean_sandbox.fault("horizon.submit_504_after_apply", times=1)
+    first = operations.withdrawal_refund_on_chain(request_id=request.pk, operator=operator,
+                                                  note="short: sent back")
+    wait_for(lambda: _refunds_on_chain(wallet) == [first.tx_hash], what="refund on chain")
+    rewind.rewind(before)
+
+    # when the operator refunds again at once
+    refund = operations.withdrawal_refund_on_chain(request_id=request.pk, operator=operator,
+                                                   note="again")
+
+    # then the claim adopts the payment on chain: one payment, AP refunded with its hash
+    assert refund.tx_hash == first.tx_hash
+    _assert_refunded_once(wallet, request, settings)
+
+
+def test_a_withdrawal_refund_lost_after_ap_refunded_is_rebuilt_from_ap_and_the_chain(
+        clean_sandbox, settings):
+    # given a short withdrawal refunded, completed here and refunded in AP
+    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
+    wallet, request = short_withdrawal(clean_sandbox, settings)
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    before = rewind.mark()
+    done = operations.withdrawal_refund_on_chain(request_id=request.pk, operator=operator,
+                                                 note="short: sent back")
+    assert done.status == "completed"
+
+    # when the failover loses every commit of the refund
+    lost = rewind.rewind(before)
+    assert lost["withdrawal_refunds"] == 1
+
+    # then the refund sweep rebuilds it from AP's refund hash, found on chain, and books it
+    time.sleep(settings.REFUND_SWEEP_AGE_S + 0.1)
+    assert tasks.sweep_refunds().get("rebuilt") == 1
+    refund = _assert_refunded_once(wallet, request, settings)
+    assert refund.tx_hash == done.tx_hash
