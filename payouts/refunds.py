@@ -37,7 +37,7 @@ from django.db.models import Q
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
-from anchor import envelopes, platform, stellar
+from anchor import envelopes, limits, platform, stellar
 from anchor.models import DepositRelease
 from common.locks import try_session_lock
 from payouts import books
@@ -188,14 +188,22 @@ def _store_found(*, request: WithdrawalRequest, receipts: list[StellarReceipt],
                  destination: str, amount: Decimal, memo_type: str, memo: str,
                  fields: dict, status: str, note: str) -> WithdrawalRefund | None:
     """One transaction: the request locked (the lock order of every withdrawal path),
-    no refund row yet, the receipts settled under the request, the row stored with the
-    found payment's fields, booked (rule 6). None when another row won."""
+    no refund row yet, the request in review (a receive's failed payout is never paid
+    again), the receipts settled under the request, the row stored with the found
+    payment's fields, booked (rule 6). None when another row won."""
     try:
         with transaction.atomic():
-            WithdrawalRequest.objects.select_for_update().get(pk=request.pk)
+            current = WithdrawalRequest.objects.select_for_update().get(pk=request.pk)
             if WithdrawalRefund.objects.filter(transaction_id=request.transaction_id
                                                ).exists():
                 return None
+            if current.status != WithdrawalRequest.Status.MANUAL_REVIEW:
+                # A receive whose payout failed, as _refund_store leaves it: the poller
+                # never pays a request in review.
+                WithdrawalRequest.objects.filter(pk=current.pk).update(
+                    status=WithdrawalRequest.Status.MANUAL_REVIEW,
+                    review_reason=f"refunded on chain: {note}"[:2000],
+                    updated_at=timezone.now())
             StellarReceipt.objects.filter(pk__in=[r.pk for r in receipts]).update(
                 settled_at=timezone.now(), transaction_id=request.transaction_id)
             refund = WithdrawalRefund.objects.create(
@@ -205,6 +213,8 @@ def _store_found(*, request: WithdrawalRequest, receipts: list[StellarReceipt],
             books.refund_landed(refund)
     except IntegrityError:
         return None
+    if request.kind == WithdrawalRequest.Kind.RECEIVE:
+        limits.release(request.transaction_id)  # no INR moves for it: off the limits
     log.warning("refund %s: %s", request.transaction_id, note)
     return refund
 

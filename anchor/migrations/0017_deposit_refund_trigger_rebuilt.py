@@ -13,6 +13,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='depositrefund',
             name='trigger',
-            field=models.CharField(choices=[('operator', 'Operator'), ('expired', 'Expired'), ('rebuilt', 'Rebuilt')], max_length=12),
+            field=models.CharField(choices=[('operator', 'Operator'), ('expired', 'Expired'),
+                                            ('rebuilt', 'Rebuilt')], max_length=12),
         ),
     ]
