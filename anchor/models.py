@@ -612,6 +612,7 @@ class DepositRefund(StatusMachine, models.Model):
     class Trigger(models.TextChoices):
         OPERATOR = "operator"
         EXPIRED = "expired"  # INR captured after AP expired the deposit
+        REBUILT = "rebuilt"  # its row lost in a failover, rebuilt from Razorpay
 
     OPEN_STATUSES = (Status.REQUESTED, Status.PENDING, Status.PROCESSED)
     REASON_STATUSES = frozenset({Status.MANUAL_REVIEW, Status.FAILED})

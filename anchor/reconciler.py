@@ -44,8 +44,9 @@ def stuck_releases():
 
 
 def reconcile_releases() -> dict[str, int]:
-    """Re-drive stuck releases, and rebuild releases a failover lost; returns counts by
-    resulting status (``rebuilt`` for the latter)."""
+    """Re-drive stuck releases, and rebuild releases and deposit refunds a failover
+    lost; returns counts by resulting status (``rebuilt`` / ``refund_rebuilt`` for the
+    latter)."""
     counts: dict[str, int] = {}
     for release_id in list(stuck_releases()):
         release = releases.release_drive(release_id=release_id, redrive=True)
@@ -55,7 +56,9 @@ def reconcile_releases() -> dict[str, int]:
         try:
             if releases.release_rebuild(transaction_id=transaction_id) is not None:
                 counts["rebuilt"] = counts.get("rebuilt", 0) + 1
-        except (platform.PlatformError, stellar.HorizonUnavailable) as exc:
+            elif refunds.refund_rebuild(transaction_id=transaction_id) is not None:
+                counts["refund_rebuilt"] = counts.get("refund_rebuilt", 0) + 1
+        except (platform.PlatformError, stellar.HorizonUnavailable, rzp.RazorpayError) as exc:
             log.warning("rebuild: %s not rebuilt: %s", transaction_id, exc)
     return counts
 
@@ -64,7 +67,9 @@ def unreleased_payments(limit: int = 50):
     """Confirmed payments AP was told about RECONCILER_AGE_S ago with no release claimed
     (the ``confirmed_not_released`` kind of corridor/stranded.py, on its index): after a
     failover that lost a release row while AP completed it, the only trace left is AP's
-    hash and the chain (``releases.release_rebuild``). Oldest first, at most ``limit``."""
+    hash and the chain (``releases.release_rebuild``); after one that lost a deposit
+    refund's row, Razorpay's refund under our receipt (``refunds.refund_rebuild``).
+    Oldest first, at most ``limit``."""
     since = timezone.now() - timedelta(seconds=settings.RECONCILER_AGE_S)
     return (DepositPayment.objects.filter(
         confirmation=DepositPayment.Confirmation.CONFIRMED, ap_notified_at__isnull=False,

@@ -7,7 +7,8 @@ anchor-platform/NOTES.md §1.5-1.6). The guard is the ``deposit_refunds`` row
    confirmed ``deposit_payments`` row (the release claim locks the same row first:
    anchor/releases.py ``release_claim``), refuse if a release exists that sent or may
    send USDC, insert the row ``requested`` with Corridor's ``receipt`` (the AP
-   transaction id) and ``X-Refund-Idempotency`` key (``dr-`` + a UUID), and the audit
+   transaction id) and ``X-Refund-Idempotency`` key (:func:`refund_key`, derived from
+   the payment, so a claim a failover lost is made again under the same key), and the audit
    row (``ap_transaction_events``). Commit, then enqueue the drive.
 2. **Create** (:func:`refund_drive`): ``attempts`` is counted in a commit of its own
    before ``POST /v1/payments/{id}/refund`` (the whole captured amount, receipt, key).
@@ -43,7 +44,10 @@ Triggers: an operator's action (anchor/operations.py ``deposit_refund``, permiss
 ``anchor.refund_deposit``), and Corridor itself for INR captured on a deposit AP had
 already expired (:func:`refund_if_ap_expired`, called where AP's refusal of
 ``notify_offchain_funds_received`` is seen: anchor/tasks.py and the notify sweeper).
-Beat re-drives open rows (:func:`sweep_refunds`, DEPOSIT_REFUND_SWEEP_*).
+Beat re-drives open rows (:func:`sweep_refunds`, DEPOSIT_REFUND_SWEEP_*). A row a
+failover lost (issue 25 §2) is rebuilt from Razorpay by the reconciler
+(:func:`refund_rebuild`: the payment's refund carrying our receipt), and a claim made
+again replays Razorpay's refund by its derived key: the INR goes back once.
 
 ``DEPOSIT_REFUND_GUARD = False`` (tests only) makes a retry after a lost answer what
 code without this guard does: no listing, a new key, a new refund.
@@ -164,7 +168,8 @@ def refund_claim(*, transaction_id: str, trigger: str, reason: str, operator,
                 refund = DepositRefund.objects.create(
                     transaction_id=transaction_id, payment_id=payment.payment_id,
                     amount_paise=payment.amount_paise, currency=payment.currency,
-                    receipt=transaction_id[:40], idempotency_key=f"dr-{uuid.uuid4()}",
+                    receipt=transaction_id[:40],
+                    idempotency_key=refund_key(payment.payment_id),
                     trigger=trigger, reason=reason[:2000], operator=operator_name(operator),
                     ap_status_at_claim=str(check.ap_tx.get("status", ""))[:32])
                 ApTransactionEvent.objects.create(
@@ -180,6 +185,67 @@ def refund_claim(*, transaction_id: str, trigger: str, reason: str, operator,
         log.info("deposit refund claimed: %s paise of %s (%s)", refund.amount_paise,
                  refund.payment_id, trigger)
         return refund
+
+
+def refund_key(payment_id: str) -> str:
+    """The ``X-Refund-Idempotency`` key of the refund of payment ``payment_id``
+    (``pay_...``): derived from the payment, as payouts/guard.py ``attempt_key`` is from
+    the withdrawal. One refund per payment (its whole captured amount), so a claim whose
+    commit a failover lost is made again with the same key and the same body, and
+    Razorpay answers with the refund it made instead of making a second one (issue 25
+    §2; razorpay/TREASURY.md §2.1: at least 10 characters of ``[A-Za-z0-9_-]``)."""
+    return f"dr-{payment_id}"
+
+
+def refund_rebuild(*, transaction_id: str) -> DepositRefund | None:
+    """A deposit whose refund row a failover lost while Razorpay kept the refund (issue
+    25 §2): the payment's refund carrying our ``receipt`` (``GET
+    /v1/payments/{id}/refunds``) becomes the row again (trigger ``rebuilt``, its derived
+    key, one create counted), with an audit row naming Corridor; then Razorpay's entity
+    is applied (booked with the move to ``processed``, ``_apply_entity``) and the drive
+    goes on (AP told, or found ``refunded`` with it: ``completed``). None when there is
+    nothing to rebuild (a refund row exists, no confirmed payment, no refund of ours at
+    Razorpay, or a release claimed: a person's). Raises rzp.RazorpayError."""
+    if DepositRefund.objects.filter(transaction_id=transaction_id).exists():
+        return None
+    payment = DepositPayment.objects.live().filter(
+        transaction_id=transaction_id,
+        confirmation=DepositPayment.Confirmation.CONFIRMED).first()
+    if payment is None:
+        return None
+    receipt = transaction_id[:40]
+    ours = [i for i in rzp.payment_refunds(payment.payment_id) if i.get("receipt") == receipt]
+    if not ours:
+        return None
+    entity = min(ours, key=lambda i: i.get("created_at") or 0)
+    note = f"rebuilt from Razorpay: {entity.get('id')} carries our receipt (a lost commit)"
+    try:
+        with transaction.atomic():
+            locked = DepositPayment.objects.live().select_for_update().filter(
+                pk=payment.pk).first()
+            if locked is None:
+                return None
+            if DepositRelease.objects.filter(transaction_id=transaction_id).exists():
+                log.error("deposit %s: Razorpay refunded %s but a release is claimed: left "
+                          "to a person", transaction_id, entity.get("id"))
+                return None
+            refund = DepositRefund.objects.create(
+                transaction_id=transaction_id, payment_id=payment.payment_id,
+                amount_paise=payment.amount_paise, currency=payment.currency,
+                receipt=receipt, idempotency_key=refund_key(payment.payment_id),
+                attempts=1, trigger=DepositRefund.Trigger.REBUILT, reason=note,
+                operator=operator_name(None))
+            ApTransactionEvent.objects.create(
+                transaction_id=transaction_id, kind="deposit",
+                event="deposit.refund_rebuilt", operator=operator_name(None), note=note,
+                detail={"refund": refund.pk, "refund_id": entity.get("id"),
+                        "payment_id": payment.payment_id,
+                        "status": entity.get("status")})
+    except IntegrityError:  # a claim or another rebuild won
+        return None
+    log.warning("deposit refund %s: %s", transaction_id, note)
+    _apply_entity(refund, entity)
+    return refund_drive(refund_id=refund.pk)
 
 
 def _enqueue_drive(refund_id: int) -> None:

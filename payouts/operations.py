@@ -861,6 +861,14 @@ def _refund_store(request_id: int, *, operator, note: str, event: str) -> Withdr
     holder = refunds.holder(request.transaction_id)
     memo_type = check.ap_tx.get("refund_memo_type") or "none"
     memo = check.ap_tx.get("refund_memo") or ""
+    try:  # outside the transaction: Horizon reads hold no lock
+        # A refund already on chain whose row a failover lost (issue 25 §2): adopted,
+        # never sent twice (as anchor/releases.py ``release_adopt``).
+        found = refunds.landed_unrecorded(destination=check.destination, amount=check.amount,
+                                          memo=memo, since=request.created_at)
+        adopted = refunds.chain_fields(found.tx_hash) if found is not None else None
+    except stellar.HorizonUnavailable as exc:
+        raise OperationRefused(f"Horizon cannot be read: {exc}") from exc
     try:
         with transaction.atomic():
             current = WithdrawalRequest.objects.select_for_update().get(pk=request_id)
@@ -890,13 +898,22 @@ def _refund_store(request_id: int, *, operator, note: str, event: str) -> Withdr
                                        "since it was checked")
             StellarReceipt.objects.filter(pk__in=[r.pk for r in locked]).update(
                 settled_at=timezone.now(), transaction_id=current.transaction_id)
-            prepared = stellar.prepare_payment(
-                holder=holder, destination=check.destination, amount=check.amount,
-                memo_type=memo_type, memo=memo)
-            refund = WithdrawalRefund.objects.create(
-                request=current, transaction_id=current.transaction_id,
-                destination=check.destination, amount=check.amount, memo=memo,
-                memo_type=memo_type, **prepared)
+            if adopted is not None:
+                refund = WithdrawalRefund.objects.create(
+                    request=current, transaction_id=current.transaction_id,
+                    status=F.SUBMITTED, destination=check.destination, amount=check.amount,
+                    memo=memo, memo_type=memo_type, **adopted,
+                    last_error=f"adopted from the chain: {found.tx_hash} landed with no "
+                               "refund recorded (a lost commit)")
+                books.refund_landed(refund)  # rule 6, with the row that records it
+            else:
+                prepared = stellar.prepare_payment(
+                    holder=holder, destination=check.destination, amount=check.amount,
+                    memo_type=memo_type, memo=memo)
+                refund = WithdrawalRefund.objects.create(
+                    request=current, transaction_id=current.transaction_id,
+                    destination=check.destination, amount=check.amount, memo=memo,
+                    memo_type=memo_type, **prepared)
             _event(transaction_id=current.transaction_id, request=current, payout=payout,
                    event=event, operator=operator, note=note,
                    detail={"amount": format(check.amount, "f"),

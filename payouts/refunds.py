@@ -10,6 +10,13 @@ receipt, AP not told). Everything after that needs no person: ``refund_sweep`` (
 beat, every REFUND_SWEEP_PERIOD_S) re-drives refunds left open for REFUND_SWEEP_AGE_S,
 so a refund stuck after a 504 finishes by itself.
 
+A failover that loses the refund's commits (issue 25 §2) while the payment stays on
+chain: a fresh claim first adopts the unrecorded payment (``landed_unrecorded``, as
+``anchor.releases.release_adopt`` does for a release), and the same sweep rebuilds the
+lost row of a request still waiting for its refund (``refund_rebuild``): ``submitted``
+and booked when AP has not recorded it yet (then AP is told), ``completed`` and booked
+when AP shows it ``refunded`` with that hash.
+
 A drive: on a resumed drive the stored envelope's fate is read first (``landed`` ->
 adopt it; ``dead`` -> rebuild, new sequence, bounds and hash; ``alive`` -> re-post the
 same envelope; ``unknown`` -> wait, and ``manual_review`` once
@@ -21,19 +28,25 @@ can run at the same moment.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
-from anchor import envelopes, platform, stellar
+from anchor import envelopes, limits, platform, stellar
+from anchor.models import DepositRelease
 from common.locks import try_session_lock
 from payouts import books
-from payouts.models import StellarReceipt, WithdrawalRefund, WithdrawalRequest
+from payouts.models import (
+    StellarReceipt,
+    WithdrawalPayout,
+    WithdrawalRefund,
+    WithdrawalRequest,
+)
 
 log = logging.getLogger(__name__)
 F = WithdrawalRefund.Status
@@ -48,12 +61,162 @@ def holder(transaction_id: str) -> str:
 
 def refund_sweep() -> dict[str, int]:
     """Re-drive refunds open (``submitting`` / ``submitted``) and untouched for
-    REFUND_SWEEP_AGE_S, oldest first; returns counts by resulting status."""
+    REFUND_SWEEP_AGE_S, oldest first, then rebuild refunds a failover lost
+    (``refund_rebuild``); returns counts by resulting status (``rebuilt`` for the
+    latter)."""
     counts: dict[str, int] = {}
     for refund_id in list(stuck_refunds()):
         refund = refund_drive(refund_id=refund_id, resumed=True)
         counts[refund.status] = counts.get(refund.status, 0) + 1
+    for request_id in list(unrefunded_requests()):
+        try:
+            if refund_rebuild(request_id=request_id) is not None:
+                counts["rebuilt"] = counts.get("rebuilt", 0) + 1
+        except (platform.PlatformError, stellar.HorizonUnavailable) as exc:
+            log.warning("refund rebuild: request %s not rebuilt: %s", request_id, exc)
     return counts
+
+
+def unrefunded_requests(limit: int = 50):
+    """Requests a refund may have left for with its row lost: no refund row, and in
+    ``manual_review`` (a person's queue: the refund's own commit moved no status of a
+    SEP-24 withdrawal) or with a ``failed`` / ``reversed`` payout (a receive refunded
+    after its payout failed). Untouched for REFUND_SWEEP_AGE_S, most recent first, at
+    most ``limit`` (each costs an AP read and a Horizon page)."""
+    cutoff = timezone.now() - timedelta(seconds=settings.REFUND_SWEEP_AGE_S)
+    failed = WithdrawalPayout.objects.filter(
+        status__in=(WithdrawalPayout.Status.FAILED, WithdrawalPayout.Status.REVERSED)
+    ).values("transaction_id")
+    return (WithdrawalRequest.objects.filter(refund__isnull=True, updated_at__lt=cutoff)
+            .filter(Q(status=WithdrawalRequest.Status.MANUAL_REVIEW)
+                    | Q(transaction_id__in=failed))
+            .order_by("-updated_at").values_list("pk", flat=True)[:limit])
+
+
+def landed_unrecorded(*, destination: str, amount: Decimal, memo: str, since
+                      ) -> stellar.Transfer | None:
+    """A refund already on chain with no row recording it: its claim was lost with a
+    failover's last commits while Horizon kept the payment (issue 25 §2). A successful
+    USDC payment from the distribution account to ``destination`` (G...) of ``amount``
+    (Decimal, 7 dp) under ``memo`` ("" for none), whose ledger closed at or after
+    ``since`` (the request's creation), whose hash no refund or release row holds. None
+    when there is none. Raises HorizonUnavailable.
+
+    A Horizon lagging behind the payment hides it (not proven absent): a claim then
+    builds a new envelope, as a release's does (issue 25 §2, left open there too)."""
+    distribution = stellar.distribution_keypair().public_key
+    for transfer in stellar.transfers_since(destination, since):
+        if (transfer.source, transfer.destination, transfer.asset, transfer.amount,
+                transfer.memo) != (distribution, destination, stellar.usdc_asset_id(),
+                                   amount, memo):
+            continue
+        if not (WithdrawalRefund.objects.filter(tx_hash=transfer.tx_hash).exists()
+                or DepositRelease.objects.filter(tx_hash=transfer.tx_hash).exists()):
+            return transfer
+    return None
+
+
+def chain_fields(tx_hash: str) -> dict:
+    """The envelope fields of a refund row (``source_account``, ``sequence``,
+    ``envelope_xdr``, ``tx_hash``, ``max_time``) read back from the landed transaction
+    ``tx_hash`` (Horizon ``GET /transactions/{hash}``; ``max_time`` from its time bounds,
+    its close time when it has none). Raises HorizonUnavailable (also when Horizon does
+    not show it)."""
+    found = stellar.find_transaction(tx_hash)
+    if found is None:
+        raise stellar.HorizonUnavailable(f"transaction {tx_hash} not found on Horizon")
+    bounds = ((found.get("preconditions") or {}).get("timebounds") or {}).get("max_time")
+    if bounds and int(bounds):
+        max_time = datetime.fromtimestamp(int(bounds), UTC)
+    else:
+        max_time = datetime.fromisoformat(found["created_at"].replace("Z", "+00:00"))
+    return {"source_account": found["source_account"],
+            "sequence": int(found["source_account_sequence"]),
+            "envelope_xdr": found["envelope_xdr"], "tx_hash": tx_hash, "max_time": max_time}
+
+
+def refund_rebuild(*, request_id: int) -> WithdrawalRefund | None:
+    """A request whose refund row a failover lost (issue 25 §2): the USDC its receipts
+    brought (one sender, less what their own completed refunds sent back) found sent
+    back on chain (``landed_unrecorded``, AP's ``refund_memo``) becomes its refund row
+    in one transaction with its booking (rule 6) and its receipts settled, as
+    ``payouts.operations._refund_store`` writes them: ``completed`` when AP's refund
+    payments (their ids are Stellar hashes) name that hash, else ``submitted`` and
+    driven on (AP is told). None when there is nothing to rebuild (a refund row exists,
+    no such payment on chain, or AP shows it refunded by another hash). Raises
+    HorizonUnavailable, PlatformError."""
+    request = WithdrawalRequest.objects.get(pk=request_id)
+    tid = request.transaction_id
+    if WithdrawalRefund.objects.filter(transaction_id=tid).exists():
+        return None
+    usdc = list(StellarReceipt.objects.filter(
+        memo_type=request.memo_type or "id", memo=request.memo,
+        to_account=stellar.distribution_keypair().public_key,
+        asset=stellar.usdc_asset_id()).order_by("paging_token"))
+    senders = {r.from_account for r in usdc}
+    own = list(WithdrawalRefund.objects.filter(receipt__in=usdc))
+    if len(senders) != 1 or any(f.status != F.COMPLETED for f in own):
+        return None
+    amount = sum((r.amount for r in usdc), Decimal(0)) - sum((f.amount for f in own),
+                                                              Decimal(0))
+    ap_tx = platform.get_transaction(tid) or {}
+    memo_type = ap_tx.get("refund_memo_type") or "none"
+    memo = ap_tx.get("refund_memo") or ""
+    destination = senders.pop()
+    transfer = landed_unrecorded(destination=destination, amount=amount, memo=memo,
+                                 since=request.created_at)
+    if transfer is None:
+        return None
+    recorded = _recorded(transfer.tx_hash)(ap_tx)
+    if ap_tx.get("status") == "refunded" and not recorded:
+        log.warning("refund rebuild: %s refunded in AP by another hash than %s: left to a "
+                    "person", tid, transfer.tx_hash)
+        return None
+    fields = chain_fields(transfer.tx_hash)
+    status, how = (F.COMPLETED, "rebuilt from AP and the chain") if recorded else (
+        F.SUBMITTED, "adopted from the chain")
+    refund = _store_found(request=request, receipts=usdc, destination=destination,
+                          amount=amount, memo_type=memo_type, memo=memo, fields=fields,
+                          status=status, note=f"{how}: {transfer.tx_hash} landed with no "
+                                              "refund recorded (a lost commit)")
+    if refund is None or status == F.COMPLETED:
+        return refund
+    return refund_drive(refund_id=refund.pk, resumed=False)
+
+
+def _store_found(*, request: WithdrawalRequest, receipts: list[StellarReceipt],
+                 destination: str, amount: Decimal, memo_type: str, memo: str,
+                 fields: dict, status: str, note: str) -> WithdrawalRefund | None:
+    """One transaction: the request locked (the lock order of every withdrawal path),
+    no refund row yet, the request in review (a receive's failed payout is never paid
+    again), the receipts settled under the request, the row stored with the found
+    payment's fields, booked (rule 6). None when another row won."""
+    try:
+        with transaction.atomic():
+            current = WithdrawalRequest.objects.select_for_update().get(pk=request.pk)
+            if WithdrawalRefund.objects.filter(transaction_id=request.transaction_id
+                                               ).exists():
+                return None
+            if current.status != WithdrawalRequest.Status.MANUAL_REVIEW:
+                # A receive whose payout failed, as _refund_store leaves it: the poller
+                # never pays a request in review.
+                WithdrawalRequest.objects.filter(pk=current.pk).update(
+                    status=WithdrawalRequest.Status.MANUAL_REVIEW,
+                    review_reason=f"refunded on chain: {note}"[:2000],
+                    updated_at=timezone.now())
+            StellarReceipt.objects.filter(pk__in=[r.pk for r in receipts]).update(
+                settled_at=timezone.now(), transaction_id=request.transaction_id)
+            refund = WithdrawalRefund.objects.create(
+                request=request, transaction_id=request.transaction_id, status=status,
+                destination=destination, amount=amount, memo=memo, memo_type=memo_type,
+                last_error=note[:2000], **fields)
+            books.refund_landed(refund)
+    except IntegrityError:
+        return None
+    if request.kind == WithdrawalRequest.Kind.RECEIVE:
+        limits.release(request.transaction_id)  # no INR moves for it: off the limits
+    log.warning("refund %s: %s", request.transaction_id, note)
+    return refund
 
 
 def stuck_refunds():

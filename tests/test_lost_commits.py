@@ -11,7 +11,12 @@ from the chain or the provider:
 - deposit release, AP still ``pending_anchor`` -> the chain, by the release's memo
   and destination from the distribution account;
 - deposit release, AP ``completed`` -> AP's hash, checked on the chain;
-- deposit order, the customer paid it -> Razorpay's order by receipt and AP's amounts.
+- deposit order, the customer paid it -> Razorpay's order by receipt and AP's amounts;
+- withdrawal refund, AP still ``pending_anchor`` -> the chain, by destination, amount
+  and memo from the distribution account (the refund sweep, or the next refund claim);
+- withdrawal refund, AP ``refunded`` -> AP's refund hash, checked on the chain;
+- deposit INR refund -> Razorpay's refunds of the payment, by our receipt (the
+  reconciler), and a claim made again replays the derived idempotency key.
 A saga leg's lost hub payment: tests/test_remittances.py (found on chain, not paid
 again, stopped for review).
 """
@@ -21,11 +26,15 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.contrib.auth.models import User
 
-from anchor import reconciler
-from anchor.models import DepositOrder, DepositPayment, DepositRelease
-from payouts import poller
-from payouts.models import WithdrawalPayout
+from anchor import operations as deposit_operations
+from anchor import platform, reconciler, stellar
+from anchor import refunds as deposit_refunds
+from anchor.models import DepositOrder, DepositPayment, DepositRefund, DepositRelease
+from ledger.models import Entry
+from payouts import operations, poller, tasks
+from payouts.models import StellarReceipt, WithdrawalPayout, WithdrawalRefund
 from tests import rewind
 from tests.flows import (
     Customer,
@@ -39,8 +48,10 @@ from tests.flows import (
     run_manage,
     sandbox_payouts,
     settle,
+    short_withdrawal,
     wait_for,
 )
+from tests.sandbox.razorpay_calls import sandbox_refunds
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -137,3 +148,188 @@ def test_a_deposit_order_lost_after_the_customer_paid_it_is_rebuilt_and_released
     wait_for(confirmed, timeout=60, what="payment recorded and confirmed")
     assert settle(transaction_id).status == "completed"
     assert_released_once(wallet, transaction_id)
+
+
+# --- the withdrawal-refund outbox ---------------------------------------------------------
+
+def _refunds_on_chain(wallet: Wallet) -> list[str]:
+    """Hashes of the USDC payments the distribution account sent the wallet."""
+    distribution = stellar.distribution_keypair().public_key
+    return [p["transaction_hash"] for p in wallet.usdc_payments() if p["from"] == distribution]
+
+
+def _assert_refunded_once(wallet: Wallet, request, settings) -> WithdrawalRefund:
+    """One refund payment on chain; the row holds its hash, completed and booked (rule
+    6), its receipts settled; AP refunded with that hash."""
+    sent = _refunds_on_chain(wallet)
+    assert len(sent) == 1, sent
+    refund = WithdrawalRefund.objects.get(transaction_id=request.transaction_id)
+    assert (refund.status, refund.tx_hash) == ("completed", sent[0]), refund.last_error
+    assert Entry.objects.filter(idempotency_key=f"refund:{refund.pk}").exists()
+    assert not StellarReceipt.objects.filter(transaction_id=request.transaction_id,
+                                             settled_at__isnull=True).exists()
+    tx = platform.get_transaction(request.transaction_id)
+    assert tx["status"] == "refunded"
+    assert [p["id"] for p in tx["refunds"]["payments"]] == [sent[0]]
+    return refund
+
+
+def test_a_withdrawal_refund_lost_after_it_was_submitted_is_adopted_not_paid_again(
+        clean_sandbox, settings):
+    # given a short withdrawal in review whose refund landed on chain, the drive cut by a
+    # 504 before it told AP (AP still pending_anchor)
+    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
+    wallet, request = short_withdrawal(clean_sandbox, settings)
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    before = rewind.mark()
+    clean_sandbox.fault("horizon.submit_504_after_apply", times=1)
+    first = operations.withdrawal_refund_on_chain(request_id=request.pk, operator=operator,
+                                                  note="short: sent back")
+    assert first.status == "submitting"
+    wait_for(lambda: _refunds_on_chain(wallet) == [first.tx_hash], what="refund on chain")
+
+    # when the failover loses the refund's commit (row, envelope, audit row, booking)
+    lost = rewind.rewind(before)
+    assert lost["withdrawal_refunds"] == 1
+    assert platform.get_transaction(request.transaction_id)["status"] == "pending_anchor"
+
+    # then the refund sweep adopts the payment on chain and tells AP, and the operator
+    # who refunds again (the console shows no refund) pays nothing more
+    time.sleep(settings.REFUND_SWEEP_AGE_S + 0.1)
+    assert tasks.sweep_refunds().get("rebuilt") == 1
+    refund = _assert_refunded_once(wallet, request, settings)
+    assert refund.tx_hash == first.tx_hash
+    with pytest.raises(operations.OperationRefused, match="refunded already"):
+        operations.withdrawal_refund_on_chain(request_id=request.pk, operator=operator,
+                                              note="again")
+    _assert_refunded_once(wallet, request, settings)
+
+
+def test_a_withdrawal_refund_lost_before_it_was_swept_is_adopted_by_the_next_claim(
+        clean_sandbox, settings):
+    # given the same refund lost after it landed, and no sweep yet
+    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
+    wallet, request = short_withdrawal(clean_sandbox, settings)
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    before = rewind.mark()
+    clean_sandbox.fault("horizon.submit_504_after_apply", times=1)
+    first = operations.withdrawal_refund_on_chain(request_id=request.pk, operator=operator,
+                                                  note="short: sent back")
+    wait_for(lambda: _refunds_on_chain(wallet) == [first.tx_hash], what="refund on chain")
+    rewind.rewind(before)
+
+    # when the operator refunds again at once
+    refund = operations.withdrawal_refund_on_chain(request_id=request.pk, operator=operator,
+                                                   note="again")
+
+    # then the claim adopts the payment on chain: one payment, AP refunded with its hash
+    assert refund.tx_hash == first.tx_hash
+    _assert_refunded_once(wallet, request, settings)
+
+
+def test_a_withdrawal_refund_lost_after_ap_refunded_is_rebuilt_from_ap_and_the_chain(
+        clean_sandbox, settings):
+    # given a short withdrawal refunded, completed here and refunded in AP
+    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
+    wallet, request = short_withdrawal(clean_sandbox, settings)
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    before = rewind.mark()
+    done = operations.withdrawal_refund_on_chain(request_id=request.pk, operator=operator,
+                                                 note="short: sent back")
+    assert done.status == "completed"
+
+    # when the failover loses every commit of the refund
+    lost = rewind.rewind(before)
+    assert lost["withdrawal_refunds"] == 1
+
+    # then the refund sweep rebuilds it from AP's refund hash, found on chain, and books it
+    time.sleep(settings.REFUND_SWEEP_AGE_S + 0.1)
+    assert tasks.sweep_refunds().get("rebuilt") == 1
+    refund = _assert_refunded_once(wallet, request, settings)
+    assert refund.tx_hash == done.tx_hash
+
+
+# --- the deposit INR refund ---------------------------------------------------------------
+
+def _deposit_refunds_at_razorpay(sandbox, transaction_id: str) -> list[dict]:
+    payment = DepositPayment.objects.get(transaction_id=transaction_id)
+    return sandbox_refunds(sandbox, payment.payment_id)
+
+
+def _assert_inr_refunded_once(sandbox, transaction_id: str) -> DepositRefund:
+    """One Razorpay refund of the payment; the row holds it, completed and booked; AP
+    refunded with it."""
+    made = _deposit_refunds_at_razorpay(sandbox, transaction_id)
+    assert len(made) == 1, made
+    refund = DepositRefund.objects.get(transaction_id=transaction_id)
+    assert (refund.status, refund.refund_id) == ("completed", made[0]["id"]), \
+        refund.last_error
+    assert Entry.objects.filter(idempotency_key=f"deposit_refund:{refund.pk}").exists()
+    tx = ap(transaction_id)
+    assert tx["status"] == "refunded"
+    assert [p["id"] for p in tx["refunds"]["payments"]] == [refund.refund_id]
+    return refund
+
+
+def _drive_until_final(transaction_id: str) -> DepositRefund:
+    pk = DepositRefund.objects.get(transaction_id=transaction_id).pk
+    return wait_for(lambda: (lambda r: r if r.status in (
+        "completed", "failed", "manual_review") else None)(
+        deposit_refunds.refund_drive(refund_id=pk)), timeout=20, interval=0.3,
+        what="refund final")
+
+
+def test_a_deposit_refund_lost_after_ap_refunded_is_rebuilt_from_razorpay(
+        clean_sandbox, settings):
+    # given a deposit whose INR Razorpay refunded and AP recorded (refunded)
+    purge_broker()
+    clean_sandbox.fault("razorpay.refund_settle_delay", seconds=0.3)
+    transaction_id = paid_deposit(clean_sandbox, Wallet(clean_sandbox))
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    before = rewind.mark()
+    deposit_operations.deposit_refund(transaction_id=transaction_id, operator=operator,
+                                      note="customer cancelled")
+    done = _drive_until_final(transaction_id)
+    assert done.status == "completed"
+
+    # when the failover loses every commit of the refund (row, booking, audit row)
+    lost = rewind.rewind(before)
+    assert lost["deposit_refunds"] == 1
+    purge_broker()
+
+    # then the reconciler rebuilds it from Razorpay (our receipt), no second refund
+    time.sleep(settings.RECONCILER_AGE_S + 0.1)
+    assert reconciler.reconcile_releases().get("refund_rebuilt") == 1
+    refund = _assert_inr_refunded_once(clean_sandbox, transaction_id)
+    assert refund.refund_id == done.refund_id
+
+
+def test_a_deposit_refund_lost_before_ap_was_told_is_claimed_again_and_refunds_once(
+        clean_sandbox, settings):
+    # given a refund Razorpay made whose answer and webhook were lost (AP not told)
+    purge_broker()
+    clean_sandbox.fault("razorpay.refund_settle_delay", seconds=0.3)
+    transaction_id = paid_deposit(clean_sandbox, Wallet(clean_sandbox))
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    before = rewind.mark()
+    clean_sandbox.fault("razorpay.refund_create_5xx_after_create", times=1)
+    clean_sandbox.fault("razorpay.refund_webhook_lose", times=1)
+    deposit_operations.deposit_refund(transaction_id=transaction_id, operator=operator,
+                                      note="customer cancelled")
+    first = deposit_refunds.refund_drive(
+        refund_id=DepositRefund.objects.get(transaction_id=transaction_id).pk)
+    assert (first.status, first.attempts) == ("requested", 1)
+    assert len(_deposit_refunds_at_razorpay(clean_sandbox, transaction_id)) == 1
+
+    # when the failover loses the claim (its key), and the operator refunds again
+    lost = rewind.rewind(before)
+    assert lost["deposit_refunds"] == 1
+    purge_broker()
+    again = deposit_operations.deposit_refund(transaction_id=transaction_id,
+                                              operator=operator, note="again")
+
+    # then the claim carries the same key (derived from the payment): Razorpay answers
+    # with the refund it made, and AP is told of that one
+    assert again.idempotency_key == first.idempotency_key
+    _drive_until_final(transaction_id)
+    _assert_inr_refunded_once(clean_sandbox, transaction_id)
