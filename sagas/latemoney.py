@@ -27,10 +27,13 @@ manual_review for one of those reasons (``awaiting_sql``, served by the partial 
 An operator who acted first wins: both writes are conditional on the saga still being
 in manual_review for the reason this run read.
 
-The same run looks at the remittances that expired unfunded (``bridge.fill``: "not
-funded by ..."; ended ``compensated`` within LATE_MONEY_FUNDING_WINDOW_S,
-``expired_sql``, index ``sagas_compensated_idx``, newest first): a partner payment
-under the reference that arrived anyway is matched and returned (``late_funding_check``).
+The same run looks at the remittances that ended ``compensated`` within
+LATE_MONEY_FUNDING_WINDOW_S (``expired_sql``, index ``sagas_compensated_idx``, newest
+first): a partner payment under the reference that arrived after an expiry
+(``bridge.fill``: "not funded by ...") is matched and returned; any other payment under
+the reference that the saga does not account for (a second one, after the first was
+returned or after a funded saga's refund) goes to manual_review with its evidence
+(``late_funding_check``).
 Each candidate costs one Horizon read of the hub's payments after the saga's cursor;
 past LATE_MONEY_BATCH candidates a run reads the newest only.
 """
@@ -74,8 +77,8 @@ def awaiting_sql(*, limit: int | None = None) -> tuple[str, list]:
 def expired_sql(*, limit: int | None = None) -> tuple[str, list]:
     """(sql, params): ids of remittances that ended ``compensated`` within
     LATE_MONEY_FUNDING_WINDOW_S, newest first (``late_funding_check`` then reads
-    whether it was their funding that expired). Served by ``sagas_compensated_idx``;
-    registered in corridor/periodic.py."""
+    what arrived under their reference that they do not account for). Served by
+    ``sagas_compensated_idx``; registered in corridor/periodic.py."""
     return ("SELECT id FROM sagas WHERE status = 'compensated' AND kind = 'remittance' "
             "AND updated_at > clock_timestamp() - make_interval(secs => %s) "
             "ORDER BY updated_at DESC LIMIT %s",
@@ -104,20 +107,25 @@ def sweep_late_money() -> dict[str, int]:
 
 
 def late_funding_check(*, saga_id: int) -> str:
-    """A remittance that expired unfunded (``bridge.fill`` failed "not funded by
-    ..."): look for the partner's payment under its reference on chain now. One
-    payment that matches (source = the partner's account, amount, USDC) ->
+    """A remittance that ended ``compensated``: look for partner payments under its
+    reference on chain now that nothing of it accounts for (:func:`_unaccounted`: not
+    booked by it, not named in its steps or audit rows, i.e. never shown to a person).
+    Its funding expired (``bridge.fill`` failed "not funded by ...") and exactly one
+    payment arrived that matches (source = the partner's account, amount, USDC) ->
     ``compensating`` (``operations.saga_reopen_funded``: booked as ``bridge.fill`` under
     its hash in the transaction that reopens the saga; the compensation returns it to
-    the partner through the hub's outbox, once); anything else under the reference ->
-    ``review`` (manual_review with the evidence: a person returns it); nothing ->
-    ``unchanged``; ``skipped`` when the saga is not such a one (or moved on)."""
+    the partner through the hub's outbox, once); anything else unaccounted for (a
+    mismatch, or a further payment after the saga was funded or its late payment
+    returned: the hub's look-up would take the earlier return of the same shape for
+    its return) -> ``review`` (manual_review with the evidence: a person returns it);
+    nothing -> ``unchanged``; ``skipped`` when the saga is not such a one (or moved
+    on)."""
     saga = Saga.objects.filter(pk=saga_id, status=Saga.Status.COMPENSATED,
                                kind="remittance").first()
     step = SagaStep.objects.filter(saga_id=saga_id, idx=0, kind="bridge.fill").first()
-    if saga is None or step is None or step.status != "failed" \
-            or "not funded by" not in step.error:
+    if saga is None or step is None:
         return "skipped"
+    expired = step.status == "failed" and "not funded by" in step.error
     address = hub.hub_address()
     try:
         incoming = [t for t in stellar.find_transfers_by_reference(
@@ -125,6 +133,7 @@ def late_funding_check(*, saga_id: int) -> str:
     except stellar.HorizonUnavailable as exc:
         log.warning("late money: saga %s: %s", saga_id, exc)
         return "unreadable"
+    incoming = _unaccounted(saga_id, incoming)
     if not incoming:
         return "unchanged"
     inp = saga.input
@@ -133,7 +142,7 @@ def late_funding_check(*, saga_id: int) -> str:
     seen = [{"hash": t.tx_hash, "from": t.source, "amount": str(t.amount),
              "asset": t.asset, "at": t.created_at} for t in incoming]
     first = incoming[0]
-    if len(incoming) == 1 and (first.source, first.amount, first.asset) == expected:
+    if expired and len(incoming) == 1 and (first.source, first.amount, first.asset) == expected:
         partner = remittance.partner_account(inp["partner"])
         booking = ledger.EntrySpec(
             idempotency_key=f"bridge.fill:{first.tx_hash}", kind="bridge.fill",
@@ -147,12 +156,31 @@ def late_funding_check(*, saga_id: int) -> str:
             evidence={**seen[0], "reference": saga.reference, "expired": step.error})
         return "compensating" if done else "skipped"
     listed = ", ".join(f"{t.tx_hash} {t.source} {t.amount} {t.asset}" for t in incoming)
-    reason = (f"what arrived under {saga.reference} after the remittance expired "
-              f"({step.error}) does not match it ({inp['partner_account']} {amount} "
-              f"USDC): {listed}; it is on the hub, unbooked: a person returns it")
+    ended = step.error if expired else f"bridge.fill {step.status}"
+    reason = (f"what arrived under {saga.reference} after the remittance ended "
+              f"compensated ({ended}) does not match it ({inp['partner_account']} {amount} "
+              f"USDC, once, accounted for): {listed}; it is on the hub, unbooked: "
+              "a person returns it")
     moved = operations.saga_review_late_money(saga_id=saga_id, actor=ACTOR, reason=reason,
                                               evidence={"payments": seen})
     return "review" if moved else "skipped"
+
+
+def _unaccounted(saga_id: int, incoming: list[stellar.Transfer]) -> list[stellar.Transfer]:
+    """The payments of ``incoming`` that saga ``saga_id`` does not account for: not the
+    reference of one of its ledger entries, and not named in its steps' errors or its
+    audit rows (a payment a review reason showed was a person's to decide: an operator
+    who closed the saga after returning it by hand is not asked again)."""
+    if not incoming:
+        return []
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT reference FROM ledger_entries WHERE saga_id = %s "
+            "UNION ALL SELECT error FROM saga_steps WHERE saga_id = %s "
+            "UNION ALL SELECT detail::text FROM saga_events WHERE saga_id = %s",
+            [saga_id, saga_id, saga_id])
+        known = "\n".join(row[0] or "" for row in cur.fetchall())
+    return [t for t in incoming if t.tx_hash not in known]
 
 
 def late_refund_check(*, saga_id: int) -> str:

@@ -744,3 +744,36 @@ def test_a_late_partner_payment_that_does_not_match_goes_to_review_with_its_evid
     assert kinds(remittance["id"]) == []
     assert transfers(remittance["memo"], source=hub.hub_address(),
                      destination=partner_wallet["account"]) == []
+
+
+def test_a_second_late_partner_payment_after_the_first_was_returned_is_not_left_unbooked(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings):
+    """Attacker (issue 25 §1, "money that arrives anyway, at any later time"): the
+    partner's wallet pays an expired remittance twice, the second payment after the
+    sweep had returned the first. The sweep looked only at sagas whose ``bridge.fill``
+    was still ``failed``; once the first late payment was returned that step is
+    ``compensated``, so the second payment sat on the hub unbooked for ever with no
+    owner in the queue (hub on chain != ledger). Now the saga goes to manual_review with
+    the second payment's evidence (the payment is not guessed at: the hub's look-up of
+    the return would adopt the first return, of the same shape), once."""
+    settings.REMITTANCE_FUNDING_DEADLINE_S = 0.5
+    settings.REMITTANCE_FUNDING_GRACE_S = 0.5
+    remittance = create(api)
+    saga_id = remittance["id"]
+    ends(saga_id, S.COMPENSATED)
+    first = partner_pays(corridor_on_sandbox, remittance)
+    wait_for(lambda: saga_beat_sweeps() or Saga.objects.get(pk=saga_id).status
+             == S.COMPENSATING, timeout=20, what="the sweep seeing the first late payment")
+    assert drive_with_sweeps(saga_id, S.COMPENSATED).status == S.COMPENSATED
+
+    second = partner_pays(corridor_on_sandbox, remittance)  # the wallet paid again
+    saga = drive_with_sweeps(saga_id, S.MANUAL_REVIEW, timeout=10)
+    for _ in range(3):
+        saga_beat_sweeps()
+
+    assert saga.status == S.MANUAL_REVIEW, f"{saga.status}: {saga.error}"
+    assert second in saga.error and first not in saga.error.split("unbooked")[0]
+    assert SagaEvent.objects.filter(saga_id=saga_id, event="auto.review").count() == 1
+    assert Entry.objects.get(saga_id=saga_id, kind="bridge.fill").reference == first
+    assert [t.amount for t in transfers(remittance["memo"], source=hub.hub_address(),
+                                        destination=partner_wallet["account"])] == [D(AMOUNT)]
