@@ -777,3 +777,41 @@ def test_a_second_late_partner_payment_after_the_first_was_returned_is_not_left_
     assert Entry.objects.get(saga_id=saga_id, kind="bridge.fill").reference == first
     assert [t.amount for t in transfers(remittance["memo"], source=hub.hub_address(),
                                         destination=partner_wallet["account"])] == [D(AMOUNT)]
+
+
+def test_a_short_refund_the_anchor_records_without_its_fee_does_not_reopen_the_saga(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, settings):
+    """Attacker (issue 25 §1): the anchor refunds late, but less than it was paid, and
+    its record's refund fee does not explain what it kept (``anchor31.refund_short``:
+    1 USDC short, fee 0). The sweep called that "confirmed" (chain and record agree on
+    the sum and the hashes) and reopened the saga; the compensation, which books a
+    short refund only when the record's fee explains the rest, waited and stopped again
+    after REMITTANCE_REFUND_DEADLINE_S saying "no refund from the anchor by ..." (with a
+    refund on chain), and the next sweep reopened it again: the saga left review every
+    deadline, under an operator's confirmation page, for ever. Now the sweep confirms
+    only what the compensation can complete: the saga stays in review, its reason says
+    what came back and that a person decides, and nothing moves."""
+    settings.REMITTANCE_REFUND_DEADLINE_S = 1.0
+    sandbox = corridor_on_sandbox
+    sandbox.fault("anchor31.refund_short", short="1", fee="0")
+    remittance = stopped_for_no_refund(api, sandbox, monkeypatch, settings,
+                                       hold_refund_s=5.0)
+    saga_id, intent = remittance["id"], fund_intent(remittance["id"])
+    wait_for(lambda: anchor31.get_transaction(intent["anchor_tx_id"])["status"]
+             == "refunded", timeout=40, what="the anchor's late, short refund")
+    back = transfers(intent["memo"], source=intent["account"], destination=hub.hub_address())
+    assert [t.amount for t in back] == [D(AMOUNT) - 1]
+
+    deadline = time.monotonic() + 8  # several refund deadlines
+    while time.monotonic() < deadline:
+        saga_beat_sweeps()
+        engine.run(saga_id, "driver", dispatch=False)
+        time.sleep(0.2)
+
+    saga = Saga.objects.get(pk=saga_id)
+    assert SagaEvent.objects.filter(saga_id=saga_id, event="auto.compensate").count() == 0
+    assert saga.status == S.MANUAL_REVIEW, f"{saga.status}: {saga.error}"
+    assert "no refund" not in saga.error and back[0].tx_hash in saga.error
+    assert "a person decides" in saga.error
+    assert transfers(remittance["memo"], source=hub.hub_address(),
+                     destination=partner_wallet["account"]) == []
