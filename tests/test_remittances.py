@@ -815,3 +815,29 @@ def test_a_short_refund_the_anchor_records_without_its_fee_does_not_reopen_the_s
     assert "a person decides" in saga.error
     assert transfers(remittance["memo"], source=hub.hub_address(),
                      destination=partner_wallet["account"]) == []
+
+
+def test_a_late_short_refund_whose_fee_the_record_states_is_confirmed_and_compensated(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, settings):
+    """The other side of the rule above: a late refund 1 USDC short whose record states
+    a refund fee of 1 USDC is what the compensation books (the partner bears the fee),
+    so the sweep confirms it once and the saga ends compensated, the partner repaid
+    what came back."""
+    sandbox = corridor_on_sandbox
+    sandbox.fault("anchor31.refund_short", short="1", fee="1")
+    remittance = stopped_for_no_refund(api, sandbox, monkeypatch, settings,
+                                       hold_refund_s=5.0)
+    saga_id, intent = remittance["id"], fund_intent(remittance["id"])
+    wait_for(lambda: anchor31.get_transaction(intent["anchor_tx_id"])["status"]
+             == "refunded", timeout=40, what="the anchor's late, short refund")
+
+    saga = drive_with_sweeps(saga_id, S.COMPENSATED)
+
+    assert saga.status == S.COMPENSATED, f"{saga.status}: {saga.error}"
+    assert SagaEvent.objects.filter(saga_id=saga_id, event="auto.compensate").count() == 1
+    assert "anchor.refund_fee" in kinds(saga_id)
+    assert [t.amount for t in transfers(remittance["memo"], source=hub.hub_address(),
+                                        destination=partner_wallet["account"])] == \
+        [D(AMOUNT) - 1]
+    assert net(saga_id) == {}
+    assert_hub_matches_chain(hub_chain)
