@@ -184,6 +184,41 @@ def _order_by_receipt(transaction_id: str) -> dict | None:
     return orders[0] if orders else None
 
 
+def order_rebuild(*, ap_tx: dict) -> DepositOrder | None:
+    """A deposit AP shows ``pending_user_transfer_start`` (it took our
+    request_offchain_funds, so our order was stored before) with no order in Corridor:
+    the order a failover lost with its last commits (issue 25 §2), while Razorpay kept
+    it and the customer may have paid it. Rebuilt from Razorpay's order (found by its
+    receipt, the transaction id) and the quote of its paise, which must equal the
+    amounts AP holds from our call; stored ``awaiting_payment`` with funds requested, so
+    the order reconciler records its payment. None when there is nothing to rebuild
+    (an order exists, Razorpay has none, the amounts disagree: a person's, logged).
+    Raises rzp.RazorpayError."""
+    transaction_id = ap_tx["id"]
+    if DepositOrder.objects.filter(transaction_id=transaction_id).exists() or \
+            not _funds_requested(ap_tx):
+        return None
+    found = _order_by_receipt(transaction_id)
+    if found is None:
+        return None
+    q = quote(rzp.paise_to_rupees(found["amount"]))
+    told = (Decimal((ap_tx.get("amount_in") or {}).get("amount") or "0"),
+            Decimal((ap_tx.get("amount_out") or {}).get("amount") or "0"))
+    if told != (q.amount_in, q.amount_out):
+        log.error("order %s of %s not rebuilt: AP holds %s, Razorpay's paise quote %s",
+                  found["id"], transaction_id, told, (q.amount_in, q.amount_out))
+        return None
+    order, created = DepositOrder.objects.get_or_create(
+        transaction_id=transaction_id, defaults={
+            "order_id": found["id"], "amount_in": q.amount_in, "amount_in_paise":
+            found["amount"], "fee": q.fee, "amount_out": q.amount_out, "rate": q.rate,
+            "funds_requested_at": timezone.now()})
+    if created:
+        log.warning("deposit order %s of %s rebuilt from Razorpay and AP (a lost commit)",
+                    found["id"], transaction_id)
+    return order if created else None
+
+
 # AP statuses that say it never took (or no longer honours) request_offchain_funds.
 _NOT_REQUESTED = {"incomplete", "expired", "error", "no_market", "too_small", "too_large"}
 

@@ -301,6 +301,7 @@ class Customer(models.Model):
     requested_fields = models.JSONField(default=list)
     requested_at = models.DateTimeField(null=True, blank=True)
     used_at = models.DateTimeField(null=True, blank=True)
+    info_wanted_at = models.DateTimeField(null=True, blank=True)
     # Keyed hashes (HMAC-SHA256) of who this is, across customer rows: the PAN, the
     # bank account or UPI ID, the wallet's SEP-10 account and memo (anchor/customers.py
     # ``identities``). Limits and rejections follow them, not the row.
@@ -322,6 +323,8 @@ class Customer(models.Model):
         indexes = [
             models.Index(fields=["erase_after"], name="customers_erase_due_idx",
                          condition=Q(erased_at__isnull=True, erase_after__isnull=False)),
+            models.Index(fields=["info_wanted_at"], name="customers_info_wanted_idx",
+                         condition=Q(info_wanted_at__isnull=False)),
         ]
         permissions = [
             ("review_customer", "Can accept, reject or ask a customer for more information"),

@@ -44,13 +44,33 @@ def stuck_releases():
 
 
 def reconcile_releases() -> dict[str, int]:
-    """Re-drive stuck releases; returns counts by resulting status."""
+    """Re-drive stuck releases, and rebuild releases a failover lost; returns counts by
+    resulting status (``rebuilt`` for the latter)."""
     counts: dict[str, int] = {}
     for release_id in list(stuck_releases()):
         release = releases.release_drive(release_id=release_id, redrive=True)
         releases.follow_later(release)  # async mode: restart a lost or stopped chain
         counts[release.status] = counts.get(release.status, 0) + 1
+    for transaction_id in list(unreleased_payments()):
+        try:
+            if releases.release_rebuild(transaction_id=transaction_id) is not None:
+                counts["rebuilt"] = counts.get("rebuilt", 0) + 1
+        except (platform.PlatformError, stellar.HorizonUnavailable) as exc:
+            log.warning("rebuild: %s not rebuilt: %s", transaction_id, exc)
     return counts
+
+
+def unreleased_payments(limit: int = 50):
+    """Confirmed payments AP was told about RECONCILER_AGE_S ago with no release claimed
+    (the ``confirmed_not_released`` kind of corridor/stranded.py, on its index): after a
+    failover that lost a release row while AP completed it, the only trace left is AP's
+    hash and the chain (``releases.release_rebuild``). Oldest first, at most ``limit``."""
+    since = timezone.now() - timedelta(seconds=settings.RECONCILER_AGE_S)
+    return (DepositPayment.objects.filter(
+        confirmation=DepositPayment.Confirmation.CONFIRMED, ap_notified_at__isnull=False,
+        release_claimed_at__isnull=True, ap_notified_at__lt=since)
+        .exclude(transaction_id__in=DepositRefund.objects.values("transaction_id"))
+        .order_by("ap_notified_at").values_list("transaction_id", flat=True)[:limit])
 
 
 def sweep_ap_deposits() -> dict[str, int]:
@@ -106,6 +126,7 @@ def reconcile_orders() -> dict[str, int]:
     rejected first frees its order for the real payment in the same pass). Returns
     counts by outcome: confirmed | rejected | unconfirmed, plus ``payment_record``'s."""
     counts: dict[str, int] = {}
+    counts.update(rebuild_lost_orders())
     open_orders = stale_orders()
     for transaction_id in list(unconfirmed_payments()):
         outcome = _confirm_and_drive(transaction_id)
@@ -130,6 +151,29 @@ def reconcile_orders() -> dict[str, int]:
                 outcome = deposits.payment_record(payment=payment)
                 counts[outcome] = counts.get(outcome, 0) + 1
     return counts
+
+
+def rebuild_lost_orders() -> dict[str, int]:
+    """AP deposits waiting for the customer's INR (``pending_user_transfer_start``) with
+    no order in Corridor: a failover lost it (issue 25 §2). Each is rebuilt from
+    Razorpay and AP (``deposits.order_rebuild``); the order pass then records a payment
+    the customer made to it. Returns ``{"order_rebuilt": n}`` when any was."""
+    if not settings.DEPOSIT_ORDER_REBUILD:
+        return {}
+    waiting = platform.list_transactions(statuses=["pending_user_transfer_start"],
+                                         kind="deposit")
+    known = set(DepositOrder.objects.filter(
+        transaction_id__in=[tx["id"] for tx in waiting]).values_list("transaction_id",
+                                                                     flat=True))
+    rebuilt = 0
+    for tx in waiting:
+        if tx["id"] in known:
+            continue
+        try:
+            rebuilt += deposits.order_rebuild(ap_tx=tx) is not None
+        except rzp.RazorpayError as exc:
+            log.warning("order reconciler: %s not rebuilt: %s", tx["id"], exc)
+    return {"order_rebuilt": rebuilt} if rebuilt else {}
 
 
 def stale_orders():

@@ -509,7 +509,15 @@ def _transfer(record: dict[str, Any]) -> Transfer:
         memo=tx.get("memo", ""), created_at=record.get("created_at", ""))
 
 
-def find_transfers_by_reference(account: str, reference: str, cursor: str = "", *,
+def transfers_after(account: str, cursor: str = "", *, max_pages: int = 50
+                    ) -> list[Transfer]:
+    """Every successful payment sent or received by ``account`` after paging token
+    ``cursor``, oldest first (``find_transfers_by_reference`` without the memo filter).
+    Raises HorizonUnavailable."""
+    return find_transfers_by_reference(account, None, cursor, max_pages=max_pages)
+
+
+def find_transfers_by_reference(account: str, reference: str | None, cursor: str = "", *,
                                 max_pages: int = 50) -> list[Transfer]:
     """Successful payments sent or received by ``account`` whose transaction memo is
     ``reference``, oldest first, read from Horizon's ``/accounts/{account}/payments
@@ -533,12 +541,42 @@ def find_transfers_by_reference(account: str, reference: str, cursor: str = "", 
                 continue
             if not record.get("transaction_successful", True):
                 continue
-            if (record.get("transaction") or {}).get("memo", "") != reference:
+            if reference is not None and \
+                    (record.get("transaction") or {}).get("memo", "") != reference:
                 continue
             found.append(_transfer(record))
         if len(records) < 200:
             return found
     raise HorizonUnavailable(f"more than {max_pages} pages of payments after {cursor}")
+
+
+def transfers_since(account: str, since: datetime, *, max_pages: int = 10) -> list[Transfer]:
+    """Successful payments sent or received by ``account`` whose ledger closed at or
+    after ``since`` (aware datetime), newest first, read from Horizon's
+    ``/accounts/{account}/payments?join=transactions&order=desc`` until an older one.
+    An account Horizon never saw has none. Raises HorizonUnavailable (also past
+    ``max_pages`` pages of 200)."""
+    found: list[Transfer] = []
+    cursor = ""
+    for _ in range(max_pages):
+        try:
+            page = (server().payments().for_account(account).join("transactions")
+                    .cursor(cursor).order(desc=True).limit(200).call())
+        except sdk_errors.NotFoundError:
+            return found
+        except Exception as exc:  # the SDK raises several types for one outage
+            raise HorizonUnavailable(str(exc)) from exc
+        records = page["_embedded"]["records"]
+        for record in records:
+            cursor = record["paging_token"]
+            if datetime.fromisoformat(record["created_at"]) < since:
+                return found
+            if record.get("type") in PAYMENT_TYPES and record.get("transaction_successful",
+                                                                  True):
+                found.append(_transfer(record))
+        if len(records) < 200:
+            return found
+    raise HorizonUnavailable(f"more than {max_pages} pages of payments since {since}")
 
 
 def latest_payment_cursor(account: str) -> str:

@@ -179,9 +179,9 @@ def inbound_figures(sandbox, ids: list[str]) -> Figures:
     to the sending anchor: Corridor's refund completed, AP ``refunded``, or ``error``
     naming the refund of a short payment), ``review`` (a person decides: request or
     payout in review, failed or reversed), ``rejected`` (refused before any USDC: AP
-    error, no payout), or ``processing`` (the provider has not settled the payout yet, or
-    the refund outbox has not finished; the stranded check owns both) -- at most one
-    RazorpayX payout per transaction, and never both INR paid and the USDC refunded."""
+    error or expired, no payout), or ``processing`` (the provider has not settled the
+    payout yet, or the refund outbox has not finished; the stranded check owns both) --
+    at most one RazorpayX payout per transaction, and never both INR paid and the USDC refunded."""
     from anchor import platform
     from payouts.models import WithdrawalPayout, WithdrawalRefund, WithdrawalRequest
 
@@ -210,7 +210,7 @@ def inbound_figures(sandbox, ids: list[str]) -> Figures:
                 payout is not None and payout.status in ("manual_review", "failed",
                                                          "reversed")):
             out.add("inbound_review")
-        elif ap == "error" and payout is None and made == 0:
+        elif ap in ("error", "expired") and payout is None and made == 0:
             out.add("inbound_rejected")
         elif payout is not None and payout.status == "processing":
             out.add("inbound_processing")  # the provider's settlement window: stranded

@@ -226,6 +226,7 @@ def registry() -> dict[str, PeriodicQuery]:
         # The owning withdrawal, probed per open receipt (module docstring).
         "receipt_unconsumed": ("stellar_receipts", "stellar_receipts_open_idx", (),
                                ("withdrawal_requests_owning_idx",)),
+        "receive_info_unread": ("customers", "customers_info_wanted_idx", (), ()),
     }
     for kind in stranded.KINDS:
         table, index, also, probes = stranded_indexes[kind]

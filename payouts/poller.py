@@ -61,6 +61,9 @@ def poll_withdrawals() -> dict[str, int]:
     for outcome, n in receipts.classify_receipts().items():
         if n:
             counts[f"receipts_{outcome}"] = n
+    for receipt in receipts.late_for_expired_receives():  # late money goes back by itself
+        if operations.late_receipt_refund(receipt_id=receipt.pk) is not None:
+            count("late_refunded")
     return counts
 
 
@@ -87,7 +90,9 @@ def receive_process(*, ap_tx: dict) -> str:
     """One SEP-31 transaction: decided (payouts/receive.py) until its funds were
     requested, then verified and paid like a withdrawal."""
     request = request_of(ap_tx["id"]).first()
-    if request is None or request.funds_requested_at is None:
+    if request is None or request.funds_requested_at is None or receive.unasked(ap_tx):
+        # Also a row that says funds were asked for while AP says they were not: the
+        # decision asks again (a transaction never waits for what it already has).
         return receive.decide(ap_tx=ap_tx)
     if receive.expire_if_due(request, ap_tx):
         return "expired"

@@ -16,7 +16,12 @@ one under a memo two withdrawals share, one after the withdrawal was refunded --
 *unconsumed* (payments from Corridor's own accounts, ``treasury_accounts``, never
 are): once older than RECEIPT_GRACE_S it is raised in the operators' queue (kind
 ``receipt``) with its on-chain evidence, for an operator's "refund on chain"
-(``payouts.operations.receipt_refund_on_chain``)."""
+(``payouts.operations.receipt_refund_on_chain``). One that arrived under the memo of an
+expired SEP-31 receive (``late_for_expired_receives``) Corridor returns to its sender by
+itself (``payouts.operations.late_receipt_refund``), the same way, once.
+
+``scanned_through`` says how far the stored receipts cover Horizon's history: "nothing
+was paid by T" is read from them only when it is at or past T."""
 
 from __future__ import annotations
 
@@ -67,6 +72,23 @@ def sender_matches(sender: str, expected: str) -> bool:
 def scan(*, max_pages: int = 20) -> int:
     """Read new payments into our account; returns how many were stored. Raises
     stellar.HorizonUnavailable."""
+    return _scan(max_pages)[0]
+
+
+def scanned_through(*, max_pages: int = 20) -> datetime | None:
+    """The ledger close time (UTC) up to which every payment into our account is stored
+    as a receipt: Horizon's history height read first (``stellar.history_height``: a
+    node's history only grows), then a scan to the end of its history. None when the
+    scan stopped after ``max_pages`` with more to read. A decision that "nothing was
+    paid by T" rests on this being at or past T (issue 25 §1: a lagging Horizon hides
+    on-time payments). Raises stellar.HorizonUnavailable."""
+    _, closed_at = stellar.history_height()
+    _, complete = _scan(max_pages)
+    return closed_at if complete else None
+
+
+def _scan(max_pages: int) -> tuple[int, bool]:
+    """(receipts stored, whether the scan reached the end of Horizon's history)."""
     account = withdraw_account()
     state, _ = ChainCursor.objects.get_or_create(account=account)
     cursor, stored = state.cursor, 0
@@ -86,8 +108,8 @@ def scan(*, max_pages: int = 20) -> int:
             stored += _store(record)
         ChainCursor.objects.filter(pk=state.pk).update(cursor=cursor)
         if len(records) < PAGE:
-            break
-    return stored
+            return stored, True
+    return stored, False
 
 
 def _store(record: dict) -> int:
@@ -197,6 +219,18 @@ def memo_requests(receipt: StellarReceipt):
     return requests.filter(memo_type=receipt.memo_type)
 
 
+def late_for_expired_receives():
+    """Raised receipts (past RECEIPT_GRACE_S, unsettled, no refund yet) under the id
+    memo of an expired SEP-31 receive, oldest first, at most BATCH: USDC that arrived
+    after Corridor stopped waiting for it, which Corridor returns to its sender
+    (``payouts.operations.late_receipt_refund``, run by the poller)."""
+    expired = WithdrawalRequest.objects.filter(kind=WithdrawalRequest.Kind.RECEIVE,
+                                               status=WithdrawalRequest.Status.EXPIRED)
+    return (open_receipts().exclude(review_reason="")
+            .filter(refund__isnull=True, memo_type="id", memo__in=expired.values("memo"))
+            .order_by("created_at", "paging_token")[:BATCH])
+
+
 def unsettled_treasury():
     """Unsettled receipts from Corridor's own accounts, which the classifier settles as
     they are (``stellar_receipts_open_idx``; corridor/periodic.py)."""
@@ -279,7 +313,7 @@ def _allocate(request: WithdrawalRequest) -> None:
 
 
 def _raise(receipt: StellarReceipt, reason: str) -> str:
-    if not settings.STRANDED_SWEEPERS:
+    if not (settings.STRANDED_SWEEPERS and settings.RECEIPT_CLASSIFIER_RAISES):
         return "unraised"  # the sweeper switched off: allocation goes on, raising stops
     StellarReceipt.objects.filter(pk=receipt.pk, review_reason="").update(
         review_reason=reason[:2000], reviewed_at=timezone.now())

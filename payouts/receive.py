@@ -27,10 +27,13 @@ rule 3), the beneficiary is validated (payouts/beneficiaries.py), and the INR is
 once by the payout guard, which moves AP to ``pending_external`` and ``completed``.
 
 A transaction still ``pending_sender`` when its quote expires is expired at AP
-(``expire_if_due``), and USDC that arrives after the quote expired is never paid at it
-(``late_for_quote``: a person decides). Limits count per person, not per customer row
-(anchor/limits.py identities): the same bank account under a new memo, or a customer
-deleted and registered again, meets the same limits and the same rejection.
+(``expire_if_due``, only once Corridor's receipt scan covers Horizon's history up to
+the expiry), and USDC that arrives after the quote expired is never paid at it
+(``late_for_quote``: a person decides; after the expiry Corridor returns it to its
+sender by itself, ``payouts.operations.late_receipt_refund``). Limits count per person,
+not per customer row (anchor/limits.py identities): the same bank account under a new
+memo, or a customer deleted and registered again, meets the same limits and the same
+rejection.
 
 A remittance whose payout can never succeed (``failed_for_good``: the bank says the
 receiver's account is invalid, closed or frozen, at validation or at payout) is refunded
@@ -116,17 +119,26 @@ def _beneficiary(data: dict[str, str]) -> Beneficiary:
 
 def decide(*, ap_tx: dict) -> str:
     """Decide one SEP-31 transaction AP holds in ``pending_receiver`` or
-    ``pending_customer_info_update`` with no funds received (module docstring). Returns
-    the outcome: ``funds_requested``, ``needs_info``, ``kyc_processing``, ``rejected``,
-    ``not_due``. Raises platform.PlatformError / RpcError, rzp.RazorpayError (try
-    again)."""
+    ``pending_customer_info_update`` with no funds received (module docstring). One
+    decided before (its ``withdrawal_requests`` row exists) that AP has not asked the
+    funds for, whatever the row says (a pass on an older read of AP took a refusal for
+    done once, issue 25 §3), has its customers checked again and the funds asked for
+    again. Returns the outcome: ``funds_requested``, ``needs_info``,
+    ``kyc_processing``, ``rejected``, ``not_due``. Raises platform.PlatformError /
+    RpcError, rzp.RazorpayError (try again)."""
     transaction_id = ap_tx["id"]
     request = WithdrawalRequest.objects.filter(transaction_id=transaction_id).first()
-    if request is not None:
-        return _request_funds(request) if request.funds_requested_at is None else "not_due"
-    if ap_tx.get("transfer_received_at") or ap_tx.get("status") not in (
-            "pending_receiver", "pending_customer_info_update"):
+    if not unasked(ap_tx):
         return "not_due"
+    if request is not None and request.funds_requested_at is not None:
+        # Our row says AP asked for the funds, this read says it has not: an older read
+        # (look again), or a row that took a refusal for done (issue 25 §3: it then
+        # waited for information it already had). Ask again.
+        ap_tx = platform.get_transaction(transaction_id) or ap_tx
+        if not unasked(ap_tx):
+            return "not_due"
+        log.warning("SEP-31 %s: AP is %s, not asked for funds: asking again",
+                    transaction_id, ap_tx.get("status"))
     creator = (ap_tx.get("creator") or {}).get("account") or ""
     sender_id, receiver_id = _ids(ap_tx)
     try:
@@ -135,6 +147,8 @@ def decide(*, ap_tx: dict) -> str:
         waiting = _kyc(ap_tx, [sender, receiver])
         if waiting:
             return waiting
+        if request is not None:  # decided before; AP was not asked (or took it back)
+            return _request_funds(request, people=[sender.id, receiver.id])
         amount_in = _usdc(ap_tx)
         quote_id = ap_tx.get("quote_id") or ""
         if not quote_id:
@@ -152,14 +166,15 @@ def decide(*, ap_tx: dict) -> str:
                        identity=customers.payout_identity(data) or receiver.id)
     except (Refused, quotes.QuoteRefused, limits.LimitReached) as exc:
         limits.release(transaction_id)
-        return _reject(transaction_id, str(exc))
+        return _reject(transaction_id, str(exc), people=[sender_id, receiver_id])
     beneficiary = _beneficiary(data)
     try:
         contact_id, fund_account_id = provider().register_beneficiary(
             beneficiary=beneficiary, reference=transaction_id)
     except ProviderError as exc:
         limits.release(transaction_id)
-        return _reject(transaction_id, f"the receiver's bank details were refused: {exc}")
+        return _reject(transaction_id, f"the receiver's bank details were refused: {exc}",
+                       people=[sender_id, receiver_id])
     try:
         with transaction.atomic():
             request = WithdrawalRequest.objects.create(
@@ -178,12 +193,28 @@ def decide(*, ap_tx: dict) -> str:
         request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
     customers.mark_used(sender.id)
     customers.mark_used(receiver.id)
-    return _request_funds(request)
+    return _request_funds(request, people=[sender.id, receiver.id])
+
+
+def unasked(ap_tx: dict) -> bool:
+    """AP has not asked the sending anchor for the funds: ``pending_receiver`` or
+    ``pending_customer_info_update`` with nothing received (AP 4.3.0: only
+    ``request_onchain_funds`` leaves them for ``pending_sender``, and only
+    ``notify_onchain_funds_received`` sets ``transfer_received_at``)."""
+    return not ap_tx.get("transfer_received_at") and ap_tx.get("status") in (
+        "pending_receiver", "pending_customer_info_update")
+
+
+def _wanted(people: list[str], *, now) -> None:
+    """``info_wanted_at`` of ``people`` (customer ids): ``now`` (a transaction waits on
+    them, as of this look) or None (none does any more)."""
+    Customer.objects.filter(pk__in=[p for p in people if p]).update(info_wanted_at=now)
 
 
 def _kyc(ap_tx: dict, people: list[Customer]) -> str:
     """"" when every customer is ACCEPTED (and AP was told if it was waiting for
-    them); else what to wait for. Raises Refused."""
+    them); else what to wait for, stamping the customers waited for
+    (``info_wanted_at``). Raises Refused."""
     info = None
     for person in people:
         view = customers.answer(person)
@@ -192,10 +223,12 @@ def _kyc(ap_tx: dict, people: list[Customer]) -> str:
         if view.status == customers.NEEDS_INFO and info is None:
             info = (person, view)
         elif view.status == customers.PROCESSING:
+            _wanted([person.id], now=timezone.now())
             return "kyc_processing"
     status = ap_tx.get("status")
     if info is not None:
         person, view = info
+        _wanted([person.id], now=timezone.now())
         if status == "pending_receiver":
             platform.rpc_once("notify_customer_info_updated", {
                 "transaction_id": ap_tx["id"], "customer_id": person.id,
@@ -210,24 +243,29 @@ def _kyc(ap_tx: dict, people: list[Customer]) -> str:
     return ""
 
 
-def _reject(transaction_id: str, message: str) -> str:
+def _reject(transaction_id: str, message: str, *, people: list[str]) -> str:
     log.info("SEP-31 %s refused: %s", transaction_id, message)
     platform.rpc_once("notify_transaction_error",
                       {"transaction_id": transaction_id, "message": message[:250]},
                       reached=lambda tx: tx.get("status") == "error")
+    _wanted(people, now=None)
     return "rejected"
 
 
-def _request_funds(request: WithdrawalRequest) -> str:
+def _request_funds(request: WithdrawalRequest, *, people: list[str]) -> str:
     """``request_onchain_funds`` with our account and memo (repeat-safe), then the row
-    says funds were requested."""
+    says funds were requested and nothing waits on ``people`` (customer ids). A
+    refusal counts as done only when AP did ask (``pending_sender``, or funds received):
+    AP back in ``pending_customer_info_update`` is not asked (issue 25 §3, the receivers
+    of make demo whose IFSC came late). Raises platform.RpcError otherwise."""
     platform.rpc_once("request_onchain_funds", {
         "transaction_id": request.transaction_id, "destination_account": request.destination,
         "memo": request.memo, "memo_type": "id"},
-        reached=lambda tx: tx.get("status") != "pending_receiver" or
+        reached=lambda tx: tx.get("status") == "pending_sender" or
         bool(tx.get("transfer_received_at")))
     WithdrawalRequest.objects.filter(pk=request.pk, funds_requested_at__isnull=True).update(
         funds_requested_at=timezone.now(), updated_at=timezone.now())
+    _wanted(people, now=None)
     return "funds_requested"
 
 
@@ -252,15 +290,26 @@ def late_for_quote(request: WithdrawalRequest, first_receipt_at) -> str:
 def expire_if_due(request: WithdrawalRequest, ap_tx: dict) -> bool:
     """A receive still waiting for its USDC (AP ``pending_sender``, nothing received by
     AP or by us) whose firm quote expired: AP's ``notify_transaction_expired`` (AP expires
-    nothing itself, §3.3), then the row is ``expired`` (a later payment is raised for a
-    refund: payouts/receipts.py). True when it is expired now."""
+    nothing itself, §3.3), then the row is ``expired`` (a later payment is returned to
+    its sender: payouts/receipts.py ``late_for_expired_receives``). "Nothing received"
+    rests only on a receipt scan whose Horizon history reaches the quote's expiry
+    (``receipts.scanned_through``); until then it waits (issue 25 §1: an on-time payment
+    hidden by a lagging Horizon was expired). True when it is expired now. Raises
+    stellar.HorizonUnavailable."""
     if request.status == WithdrawalRequest.Status.EXPIRED:
         return True
     quote = _quote_of(request)
     if (quote is None or timezone.now() <= quote.expires_at
             or ap_tx.get("status") != "pending_sender" or ap_tx.get("transfer_received_at")
-            or request.status != WithdrawalRequest.Status.AWAITING_FUNDS
-            or receipts.verify(request, ap_source="").first_at is not None):
+            or request.status != WithdrawalRequest.Status.AWAITING_FUNDS):
+        return False
+    covered = receipts.scanned_through()
+    if covered is None or covered < quote.expires_at:
+        log.info("SEP-31 %s: quote expired at %s, receipts scanned only through %s: "
+                 "waiting", request.transaction_id, quote.expires_at.isoformat(),
+                 covered.isoformat() if covered else "(scan incomplete)")
+        return False
+    if receipts.verify(request, ap_source="").first_at is not None:
         return False
     platform.rpc_once("notify_transaction_expired", {
         "transaction_id": request.transaction_id,

@@ -1,9 +1,13 @@
 """Celery tasks for withdrawals: thin, id-based, safe to run twice."""
 
+import logging
+
 from celery import shared_task
 
 from payouts import guard, poller, refunds
 from payouts.models import WithdrawalPayout
+
+log = logging.getLogger(__name__)
 
 
 @shared_task
@@ -46,6 +50,11 @@ def receive_customer_updated() -> dict:
     counts: dict[str, int] = {}
     for ap_tx in platform.list_transactions(statuses=["pending_customer_info_update"],
                                             kind="receive", sep="31"):
-        outcome = poller.receive_process(ap_tx=ap_tx)
+        # One refusal must not leave the others waiting; the poller decides it again.
+        try:
+            outcome = poller.receive_process(ap_tx=ap_tx)
+        except Exception:  # noqa: BLE001 - logged, retried by the poller's next pass
+            log.warning("SEP-31 %s: not decided", ap_tx.get("id"), exc_info=True)
+            outcome = "error"
         counts[outcome] = counts.get(outcome, 0) + 1
     return counts

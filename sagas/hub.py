@@ -95,6 +95,22 @@ def find(payment: Payment, *, cursor: str) -> stellar.Transfer | None:
     return None
 
 
+def unrecorded(*, destination: str, amount: Decimal, memo: str,
+               cursor: str) -> list[stellar.Transfer]:
+    """Successful USDC payments hub -> ``destination`` of exactly ``amount`` after
+    ``cursor`` under another memo than ``memo`` whose hash no ``saga_hub_payments`` row
+    holds. Every hub payment's row is committed before its envelope is sent, so such a
+    payment is one whose commits a failover lost (issue 25 §2). Raises
+    stellar.HorizonUnavailable."""
+    hub = hub_address()
+    found = [t for t in stellar.transfers_after(hub, cursor)
+             if t.source == hub and t.destination == destination and t.amount == amount
+             and t.asset == stellar.usdc_asset_id() and t.memo != memo]
+    recorded = set(HubPayment.objects.filter(tx_hash__in=[t.tx_hash for t in found])
+                   .values_list("tx_hash", flat=True))
+    return [t for t in found if t.tx_hash not in recorded]
+
+
 def pay(ctx: LegContext, payment: Payment, *, crash_name: str) -> str:
     """Pay ``payment`` from the hub at most once for ``ctx.idempotency_key`` and return
     the Stellar transaction hash once it is in a ledger. ``crash_name``: the crash point

@@ -2,20 +2,92 @@
 account on the sandbox Horizon, SEP-24 start on the sandbox AP) and a customer (the
 interactive pages on Corridor, the sandbox's Razorpay checkout). Used by the tests and
 by ``manage.py demo``. ``sandbox`` is anything with ``.url`` and ``.http`` (an
-``httpx.Client`` on the sandbox base URL)."""
+``httpx.Client`` on the sandbox base URL).
+
+A wallet retries what the network answers only for now (no answer, a 5xx: Horizon's
+``504 No ledger closed in time`` on a loaded machine, a 503 while a database restarts)
+as a wallet does: :func:`retry_transient`, bounded by ``SANDBOX_DRIVER_RETRIES`` tries
+``SANDBOX_DRIVER_RETRY_WAIT_S`` apart, each logged, and first asking whether the last
+try landed after all (a 504 may come after the transaction applied: the same signed
+envelope is submitted again, never a new one, so it cannot land twice)."""
 
 from __future__ import annotations
 
+import logging
 import re
+import time
+from collections.abc import Callable
+from decimal import Decimal
+from typing import TypeVar
 from urllib.parse import urlparse
 
 import httpx
 from django.conf import settings
 from stellar_sdk import Asset, Keypair, Server, TransactionBuilder
+from stellar_sdk import exceptions as sdk_errors
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def horizon(sandbox) -> Server:
     return Server(f"{sandbox.url}/horizon")
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a wallet would try ``exc`` again: no answer, or a 5xx."""
+    if isinstance(exc, httpx.TransportError | sdk_errors.ConnectionError):
+        return True
+    if isinstance(exc, httpx.HTTPStatusError):
+        return exc.response.status_code >= 500
+    if isinstance(exc, sdk_errors.BaseHorizonError):
+        return (exc.status or 0) >= 500
+    return False
+
+
+def retry_transient(what: str, attempt: Callable[[], T], *,
+                    landed: Callable[[], T | None] | None = None) -> T:
+    """``attempt()``, tried again after a transient answer (:func:`transient`) up to
+    ``SANDBOX_DRIVER_RETRIES`` times, ``SANDBOX_DRIVER_RETRY_WAIT_S`` apart, each retry
+    logged; before each retry ``landed()`` (when given) may return the result of a try
+    that succeeded after all. Raises the last error (any other error at once)."""
+    tries = max(1, settings.SANDBOX_DRIVER_RETRIES)
+    for n in range(1, tries + 1):
+        try:
+            return attempt()
+        except Exception as exc:
+            if not transient(exc) or n == tries:
+                raise
+            log.warning("wallet: %s: %s; trying again (%d/%d)", what,
+                        " ".join(str(exc).split())[:200], n, tries - 1)
+        time.sleep(settings.SANDBOX_DRIVER_RETRY_WAIT_S)
+        if landed is not None:
+            try:
+                done = landed()
+            except Exception as exc:  # noqa: BLE001 - the look itself may fail: try again
+                if not transient(exc):
+                    raise
+                done = None
+            if done is not None:
+                return done
+    raise AssertionError("unreachable")
+
+
+def submit(sandbox, tx) -> dict:
+    """Submit a signed transaction as a wallet does: after a transient answer, the
+    transaction found by its hash is the answer; else the same envelope again."""
+    server = horizon(sandbox)
+    tx_hash = tx.hash_hex()
+
+    def landed() -> dict | None:
+        found = sandbox.http.get(f"/horizon/transactions/{tx_hash}")
+        if found.status_code == 404:
+            return None
+        found.raise_for_status()
+        return found.json()
+
+    return retry_transient(f"submit {tx_hash[:12]}", lambda: server.submit_transaction(tx),
+                           landed=landed)
 
 
 class Wallet:
@@ -25,25 +97,45 @@ class Wallet:
         self.sandbox = sandbox
         self.keypair = Keypair.random()
         self.address = self.keypair.public_key
-        sandbox.http.get("/horizon/friendbot", params={"addr": self.address}).raise_for_status()
+        retry_transient("friendbot", lambda: sandbox.http.get(
+            "/horizon/friendbot", params={"addr": self.address}).raise_for_status(),
+            landed=lambda: self._account() or None)
         if trust:
             self.trust_usdc()
 
+    def _account(self) -> dict:
+        """The account as Horizon shows it ({} while it does not exist)."""
+        found = self.sandbox.http.get(f"/horizon/accounts/{self.address}")
+        if found.status_code == 404:
+            return {}
+        return found.raise_for_status().json()
+
+    def usdc_balance(self) -> Decimal | None:
+        """The account's USDC balance (None without a trustline)."""
+        for b in self._account().get("balances", []):
+            if b.get("asset_code") == settings.STELLAR_USDC_CODE:
+                return Decimal(b["balance"])
+        return None
+
     def trust_usdc(self) -> None:
         server = horizon(self.sandbox)
-        account = server.load_account(self.address)
+        account = retry_transient("load account", lambda: server.load_account(self.address))
         tx = (TransactionBuilder(account, settings.STELLAR_NETWORK_PASSPHRASE, 100)
               .append_change_trust_op(Asset(settings.STELLAR_USDC_CODE,
                                             settings.STELLAR_USDC_ISSUER))
               .set_timeout(30).build())
         tx.sign(self.keypair)
-        server.submit_transaction(tx)
+        submit(self.sandbox, tx)
 
     def fund_usdc(self, amount: str) -> None:
-        """USDC from the sandbox issuer (the account must trust USDC)."""
-        self.sandbox.http.post("/horizon/sandbox/fund", json={"account": self.address,
-                                                              "amount": amount}
-                               ).raise_for_status()
+        """USDC from the sandbox issuer (the account must trust USDC). After a transient
+        answer (the sandbox's 504 ``No ledger closed in time`` on a loaded machine) a
+        balance that grew is the funding landing after all."""
+        before = self.usdc_balance() or Decimal(0)
+        retry_transient("fund USDC", lambda: self.sandbox.http.post(
+            "/horizon/sandbox/fund", json={"account": self.address, "amount": amount}
+        ).raise_for_status(), landed=lambda: True if (self.usdc_balance() or 0) > before
+            else None)
 
     def pay(self, *, destination: str, amount: str, memo_type: str = "id", memo: str = "",
             asset: Asset | None = None, muxed_id: int | None = None) -> str:
@@ -52,7 +144,7 @@ class Wallet:
         from stellar_sdk import Account, MuxedAccount
 
         server = horizon(self.sandbox)
-        account = server.load_account(self.address)
+        account = retry_transient("load account", lambda: server.load_account(self.address))
         if muxed_id is not None:
             account = Account(MuxedAccount(self.address, muxed_id), account.sequence)
         builder = TransactionBuilder(account, settings.STELLAR_NETWORK_PASSPHRASE, 100)
@@ -64,7 +156,7 @@ class Wallet:
         builder.append_payment_op(destination, asset or usdc, amount)
         tx = builder.set_timeout(30).build()
         tx.sign(self.keypair)
-        return server.submit_transaction(tx)["hash"]
+        return submit(self.sandbox, tx)["hash"]
 
     def muxed(self, muxed_id: int) -> str:
         from stellar_sdk import MuxedAccount
@@ -162,6 +254,18 @@ class Customer:
         return path.rstrip("/").rsplit("/", 1)[-1]
 
     def pay(self, order_id: str, **body) -> dict:
-        reply = self.sandbox.http.post(f"/razorpay/sandbox/orders/{order_id}/pay", json=body)
-        reply.raise_for_status()
-        return reply.json()
+        """Pay at checkout; after a transient answer, "already been paid" is that try
+        having landed ({"status": "paid_before"})."""
+        tried: list[int] = []
+
+        def attempt() -> dict:
+            again = bool(tried)
+            tried.append(1)
+            reply = self.sandbox.http.post(f"/razorpay/sandbox/orders/{order_id}/pay",
+                                           json=body)
+            if again and reply.status_code == 400 and "already been paid" in reply.text:
+                return {"status": "paid_before"}
+            reply.raise_for_status()
+            return reply.json()
+
+        return retry_transient(f"pay order {order_id}", attempt)

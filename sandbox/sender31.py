@@ -42,6 +42,7 @@ from stellar_sdk import Asset, Keypair, Server, TransactionBuilder
 
 from common.http import tls_context
 from sandbox import keys
+from sandbox.drivers import retry_transient, submit
 
 INR = "iso4217:INR"
 FUNDED_USDC = Decimal("100000")
@@ -109,6 +110,26 @@ class SendingAnchor:
 
     # ------------------------------------------------------------------ helpers
 
+    @property
+    def url(self) -> str:
+        return self.base_url
+
+    def _request(self, method: str, path: str, **kwargs) -> httpx.Response:
+        """One HTTP call, a transient answer tried again as a wallet would
+        (``sandbox.drivers.retry_transient``); the last answer is returned either way
+        (``_checked`` turns an error answer into SenderError). Only for calls a repeat
+        cannot double (reads, the SEP-12 PUT, a token, a quote)."""
+        def attempt() -> httpx.Response:
+            response = self.http.request(method, path, **kwargs)
+            if response.status_code >= 500:
+                response.raise_for_status()
+            return response
+
+        try:
+            return retry_transient(f"{method} {path}", attempt)
+        except httpx.HTTPStatusError as exc:
+            return exc.response
+
     def _horizon(self) -> Server:
         return Server(f"{self.base_url}/horizon")
 
@@ -133,31 +154,32 @@ class SendingAnchor:
     def ensure_account(self, minimum_usdc: Decimal = Decimal("10000")) -> None:
         """Create the SA's account (friendbot, USDC trustline) if missing and top its
         USDC up to :data:`FUNDED_USDC` when below ``minimum_usdc``."""
-        found = self.http.get(f"/horizon/accounts/{self.account}")
+        found = self._request("GET", f"/horizon/accounts/{self.account}")
         if found.status_code == 404:
-            self._checked(self.http.get("/horizon/friendbot", params={"addr": self.account}),
-                          "friendbot")
-            found = self.http.get(f"/horizon/accounts/{self.account}")
+            self._checked(self._request("GET", "/horizon/friendbot",
+                                        params={"addr": self.account}), "friendbot")
+            found = self._request("GET", f"/horizon/accounts/{self.account}")
         balances = self._checked(found, "load account")["balances"]
         usdc = next((b for b in balances if b.get("asset_code") == settings.STELLAR_USDC_CODE
                      and b.get("asset_issuer") == keys.USDC_ISSUER.public_key), None)
         if usdc is None:
             server = self._horizon()
-            tx = (TransactionBuilder(server.load_account(self.account),
-                                     settings.STELLAR_NETWORK_PASSPHRASE, 100)
+            account = retry_transient("load account",
+                                      lambda: server.load_account(self.account))
+            tx = (TransactionBuilder(account, settings.STELLAR_NETWORK_PASSPHRASE, 100)
                   .append_change_trust_op(_usdc()).set_timeout(30).build())
             tx.sign(self.keypair)
-            server.submit_transaction(tx)
+            submit(self, tx)
             balance = Decimal(0)
         else:
             balance = Decimal(usdc["balance"])
         if balance < minimum_usdc:
-            self._checked(self.http.post("/horizon/sandbox/fund", json={
+            self._checked(self._request("POST", "/horizon/sandbox/fund", json={
                 "account": self.account, "amount": str(FUNDED_USDC - balance)}), "fund USDC")
 
     def authenticate(self) -> str:
         """The sandbox SEP-10 token of the SA (a custodial client: no memo)."""
-        body = self._checked(self.http.post("/ap/sep/sandbox-token", json={
+        body = self._checked(self._request("POST", "/ap/sep/sandbox-token", json={
             "account": self.account, "client_name": self.client_name,
             "client_domain": self.client_domain}), "SEP-10")
         self.token = body["token"]
@@ -174,19 +196,19 @@ class SendingAnchor:
         if customer_id is not None:
             body["id"] = customer_id
         if files:
-            response = self.http.put("/ap/sep/sep12/customer", headers=self._headers(),
+            response = self._request("PUT", "/ap/sep/sep12/customer", headers=self._headers(),
                                      data=body, files={k: (k, v) for k, v in files.items()})
         elif encoding == "form":
-            response = self.http.put("/ap/sep/sep12/customer", headers=self._headers(),
+            response = self._request("PUT", "/ap/sep/sep12/customer", headers=self._headers(),
                                      data=body)
         else:
-            response = self.http.put("/ap/sep/sep12/customer", headers=self._headers(),
+            response = self._request("PUT", "/ap/sep/sep12/customer", headers=self._headers(),
                                      json=body)
         return self._checked(response, f"PUT customer {type}", 202)["id"]
 
     def get_customer(self, **params) -> dict:
         """SEP-12 ``GET /customer``."""
-        return self._checked(self.http.get("/ap/sep/sep12/customer", params=params,
+        return self._checked(self._request("GET", "/ap/sep/sep12/customer", params=params,
                                            headers=self._headers()), "GET customer")
 
     def firm_quote(self, sell_amount: str, *, buy_delivery_method: str | None = "IMPS") -> dict:
@@ -195,7 +217,7 @@ class SendingAnchor:
                 "sell_amount": sell_amount, "context": "sep31"}
         if buy_delivery_method:
             body["buy_delivery_method"] = buy_delivery_method
-        return self._checked(self.http.post("/ap/sep/sep38/quote", json=body,
+        return self._checked(self._request("POST", "/ap/sep/sep38/quote", json=body,
                                             headers=self._headers()), "firm quote", 201)
 
     def create_transaction(self, *, amount: str, sender_id: str, receiver_id: str,
@@ -212,7 +234,7 @@ class SendingAnchor:
 
     def transaction(self, transaction_id: str) -> dict:
         """SEP-31 ``GET /transactions/:id``: the ``transaction`` object."""
-        return self._checked(self.http.get(f"/ap/sep/sep31/transactions/{transaction_id}",
+        return self._checked(self._request("GET", f"/ap/sep/sep31/transactions/{transaction_id}",
                                            headers=self._headers()), "GET transaction"
                              )["transaction"]
 
@@ -243,14 +265,15 @@ class SendingAnchor:
         server = self._horizon()
         hashes = []
         for _ in range(payment.times):
-            builder = TransactionBuilder(server.load_account(self.account),
-                                         settings.STELLAR_NETWORK_PASSPHRASE, 100)
+            builder = TransactionBuilder(
+                retry_transient("load account", lambda: server.load_account(self.account)),
+                settings.STELLAR_NETWORK_PASSPHRASE, 100)
             builder.add_id_memo(int(memo))
             builder.append_payment_op(destination, asset, str(Decimal(amount)))
             tx = builder.set_timeout(30).build()
             tx.sign(self.keypair)
             try:
-                hashes.append(server.submit_transaction(tx)["hash"])
+                hashes.append(submit(self, tx)["hash"])
             except Exception as exc:  # stellar_sdk's BadRequestError and friends
                 raise SenderError(f"{txn['id']}: payment refused: {exc}") from exc
         return hashes
@@ -264,7 +287,7 @@ class SendingAnchor:
                 for r in self._payments(memo, incoming=False)]
 
     def _payments(self, memo: str, *, incoming: bool) -> list[dict]:
-        records = self._checked(self.http.get(
+        records = self._checked(self._request("GET",
             f"/horizon/accounts/{self.account}/payments",
             params={"order": "desc", "limit": 200, "join": "transactions"}),
             "GET payments")["_embedded"]["records"]

@@ -118,6 +118,9 @@ def _fast_timings():
 
     for name, value in FAST_TIMINGS.items():
         setattr(settings, name, value)
+    # The session's sandbox keeps every earlier test's AP deposits while each test's
+    # flush drops their orders: no rebuilding those (tests/test_lost_commits.py does).
+    settings.DEPOSIT_ORDER_REBUILD = False
 
 
 class Sandbox:

@@ -7,6 +7,8 @@ All over real HTTP against real PostgreSQL."""
 
 from __future__ import annotations
 
+import contextlib
+import time
 from datetime import timedelta
 from decimal import Decimal
 
@@ -15,12 +17,26 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 from stellar_sdk import Keypair
 
-from anchor import customers
+from anchor import customers, platform, stellar
 from anchor.models import Customer, FirmQuote
-from payouts import guard, poller
-from payouts.models import StellarReceipt, WithdrawalPayout, WithdrawalRequest
+from common.console import AUTOMATIC
+from payouts import guard, poller, receipts, receive
+from payouts.models import (
+    PayoutEvent,
+    StellarReceipt,
+    WithdrawalPayout,
+    WithdrawalRefund,
+    WithdrawalRequest,
+)
 from payouts.providers.base import Beneficiary
-from sandbox.sender31 import RECEIVER_FIELDS, SENDER_FIELDS, Payment, SendingAnchor, new_memo
+from sandbox.sender31 import (
+    RECEIVER_FIELDS,
+    SENDER_FIELDS,
+    Payment,
+    SenderError,
+    SendingAnchor,
+    new_memo,
+)
 from tests.factories import (
     PayoutAttemptFactory,
     WithdrawalPayoutFactory,
@@ -99,6 +115,33 @@ def test_a_receiver_missing_fields_waits_for_the_sending_anchor(sa, clean_sandbo
                     fields={"bank_number": "HDFC0001234"})
 
     until_status(remittance.transaction_id, "pending_sender")
+
+
+def test_a_pass_on_a_read_from_before_the_info_request_does_not_strand_it(sa, clean_sandbox):
+    """make demo, issue 25 §3: a pass (the poller's listing, an event's task) read AP in
+    ``pending_receiver`` and went on after another pass had asked for the IFSC and the
+    sending anchor had given it; ``request_onchain_funds`` was refused (AP is in
+    ``pending_customer_info_update``) and the refusal was taken as done. Nothing then
+    ever moved the transaction: it waited for information it already had."""
+    fields = receiver()
+    del fields["bank_number"]
+    remittance = sa.start(amount="20", receiver_fields=fields)
+    before = ap(remittance.transaction_id)
+    assert before["status"] == "pending_receiver"
+    until_status(remittance.transaction_id, "pending_customer_info_update")
+    sa.put_customer(type="sep31-receiver", memo=None, customer_id=remittance.receiver_id,
+                    fields={"bank_number": "HDFC0001234"})
+
+    outcome = None
+    with contextlib.suppress(platform.RpcError):
+        outcome = receive.decide(ap_tx=before)  # the first pass goes on, on its old read
+
+    assert outcome != "funds_requested"  # AP did not ask for the funds
+    assert not WithdrawalRequest.objects.filter(funds_requested_at__isnull=False).exists()
+    tx = until_status(remittance.transaction_id, "pending_sender")
+    request = WithdrawalRequest.objects.get(transaction_id=remittance.transaction_id)
+    assert (tx["memo"], request.funds_requested_at is not None) == (request.memo, True)
+    assert Customer.objects.get(pk=remittance.receiver_id).info_wanted_at is None
 
 
 def test_one_quote_backs_one_transaction_only(sa, clean_sandbox):
@@ -215,6 +258,78 @@ def test_an_expired_quote_expires_the_transaction_and_a_late_payment_is_raised(
                                                      review_reason__contains="expired").first(),
                        timeout=40, interval=0.3, what="the late receipt raised")
     assert receipt.consumed_amount == 0
+    request = WithdrawalRequest.objects.get(transaction_id=remittance.transaction_id)
+    assert request.status == "expired"
+    assert sandbox_payouts(clean_sandbox, remittance.transaction_id) == []
+
+
+def test_an_on_time_payment_hidden_by_a_lagging_horizon_does_not_expire_the_receive(
+        sa, clean_sandbox):
+    """Issue 25 §1: the SA paid before the quote expired, but Horizon's history lagged
+    (``horizon.lookup_lag``) past the expiry, so Corridor's scan (and AP's observer) saw
+    nothing: the expiry took "no receipt" as proof, expired the transaction at AP and
+    left the on-time USDC to an operator's refund. Now it expires only on a scan whose
+    history reaches the quote's expiry; Horizon catching up pays the receiver."""
+    remittance = sa.start(amount="50", receiver_fields=receiver())
+    until_status(remittance.transaction_id, "pending_sender")
+    txn = sa.transaction(remittance.transaction_id)
+    clean_sandbox.fault("horizon.lookup_lag", ledgers=100_000)
+    try:  # on time: its ledger closes before the quote expires
+        sa.pay(txn)
+    except SenderError:  # applied, unseen by the lagging node: tx_bad_seq (stellar/go #2628)
+        pass
+    time.sleep(1.1)  # ledger close times are whole seconds
+    FirmQuote.objects.filter(quote_id=remittance.quote["id"]).update(expires_at=timezone.now())
+
+    for _ in range(5):  # passes behind the lagging Horizon, all past the expiry
+        poller.poll_withdrawals()
+        time.sleep(0.2)
+    assert ap(remittance.transaction_id)["status"] == "pending_sender"
+    assert WithdrawalRequest.objects.get(
+        transaction_id=remittance.transaction_id).status == "awaiting_funds"
+    clean_sandbox.clear_faults()  # Horizon caught up
+
+    until_status(remittance.transaction_id, "completed")
+    assert len(sandbox_payouts(clean_sandbox, remittance.transaction_id)) == 1
+
+
+def test_usdc_paid_after_a_receive_expired_goes_back_to_its_sender_once(
+        sa, clean_sandbox, settings):
+    """Issue 25 §1: money that arrives after Corridor stopped waiting is returned to
+    whoever sent it, exactly once, through the shared outbox. The receive expired
+    legitimately (nothing paid by the quote's expiry); the SA's USDC then arrives under
+    its memo: Corridor refunds it on chain to the payment's sender by itself (the
+    withdrawal-refund outbox, one refund per receipt), audited as Corridor's act; it was
+    left in the operators' queue before."""
+    settings.RECEIPT_GRACE_S = 0.0
+    remittance = sa.start(amount="50", receiver_fields=receiver())
+    until_status(remittance.transaction_id, "pending_sender")
+    txn = sa.transaction(remittance.transaction_id)
+    FirmQuote.objects.filter(quote_id=remittance.quote["id"]).update(
+        expires_at=timezone.now() - timedelta(hours=6))
+    until_status(remittance.transaction_id, "expired")
+    sa.pay(txn)  # late: the memo of an expired transaction
+
+    refund = wait_for(lambda: poller.poll_withdrawals() is not None and
+                      WithdrawalRefund.objects.filter(receipt__memo=txn["stellar_memo"],
+                                                      status="completed").first(),
+                      timeout=40, interval=0.3, what="the late USDC refunded")
+    for _ in range(3):
+        poller.poll_withdrawals()
+
+    receipt = StellarReceipt.objects.get(memo=txn["stellar_memo"])
+    assert (refund.destination, refund.amount) == (sa.account, Decimal(txn["amount_in"]))
+    assert receipt.settled_at is not None and receipt.consumed_amount == 0
+    assert WithdrawalRefund.objects.filter(receipt__memo=txn["stellar_memo"]).count() == 1
+    event = PayoutEvent.objects.get(transaction_id=f"receipt:{receipt.pk}")
+    assert (event.event, event.operator) == ("receipt.refund", AUTOMATIC)
+    assert remittance.transaction_id in event.note
+    distribution = receipts.withdraw_account()
+    back = [(p["transaction_hash"], Decimal(p["amount"])) for p in stellar.server().payments()
+            .for_account(sa.account).join("transactions").order(desc=True).limit(200).call()
+            ["_embedded"]["records"] if p.get("from") == distribution and
+            p["transaction"].get("memo") == txn["stellar_memo"]]  # under the payment's memo
+    assert back == [(refund.tx_hash, Decimal(txn["amount_in"]))]
     request = WithdrawalRequest.objects.get(transaction_id=remittance.transaction_id)
     assert request.status == "expired"
     assert sandbox_payouts(clean_sandbox, remittance.transaction_id) == []

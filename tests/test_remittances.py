@@ -33,6 +33,7 @@ from sagas import anchor31, engine, hub, remittances
 from sagas.models import HubPayment, Saga, SagaEvent, SagaStep
 from sagas.plans.remittance import AnchorFund
 from sandbox import keys
+from tests import rewind
 from tests.flows import drive, rejected_first, run_manage, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -647,6 +648,58 @@ def test_a_refund_arriving_after_the_review_decision_is_confirmed_then_compensat
     assert_hub_matches_chain(hub_chain)
 
 
+def test_an_anchor_refund_after_the_compensation_deadline_is_confirmed_by_the_sweep(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, settings):
+    """``anchor.fund``'s compensation waits REMITTANCE_REFUND_DEADLINE_S for the anchor's
+    refund, counted from when the compensation started, then stops for a person ("no
+    refund from the anchor by ...") on a Horizon history that reaches the deadline. An
+    operator's "compensate" starts one too: the wait was counted from each read (no
+    ``saga.compensating`` event), so the deadline never came and a saga whose anchor
+    never refunds waited, compensating, out of the review queue, for ever. The anchor's
+    refund after the stop is confirmed by the late-money sweep (chain and the anchor's
+    record), which compensates the saga by itself, booking the refund once."""
+    from django.contrib.auth.models import User
+
+    from sagas import operations
+
+    sandbox = corridor_on_sandbox
+    remittance = stopped_for_no_refund(api, sandbox, monkeypatch, settings,
+                                       hold_refund_s=15.0)
+    saga_id, intent = remittance["id"], fund_intent(remittance["id"])
+    settings.REMITTANCE_REFUND_DEADLINE_S = 1.0
+    olga = User.objects.create_superuser("olga", "olga@example.com", "x" * 16)
+    operations.saga_compensate(saga_id=saga_id, operator=olga,
+                               note="the anchor says it is refunding")
+
+    past = time.monotonic() + settings.REMITTANCE_REFUND_DEADLINE_S + 3.0
+    while Saga.objects.get(pk=saga_id).status == S.COMPENSATING and time.monotonic() < past:
+        engine.run(saga_id, "driver", dispatch=False)
+        time.sleep(0.2)
+    saga = Saga.objects.get(pk=saga_id)
+    assert saga.status == S.MANUAL_REVIEW, f"{saga.status}: {saga.error}"
+    assert "no refund from the anchor by" in saga.error and "as of ledger" in saga.error
+    assert anchor31.get_transaction(intent["anchor_tx_id"])["status"] == "error"
+    assert "anchor.refund" not in kinds(saga_id)
+
+    wait_for(lambda: anchor31.get_transaction(intent["anchor_tx_id"])["status"]
+             == "refunded", timeout=40, what="the anchor's late refund")
+    saga = drive_with_sweeps(saga_id, S.COMPENSATED)
+
+    assert saga.status == S.COMPENSATED, f"{saga.status}: {saga.error}"
+    [auto] = SagaEvent.objects.filter(saga_id=saga_id, event="auto.compensate")
+    assert auto.worker == "system:late-money"
+    back = transfers(intent["memo"], source=intent["account"], destination=hub.hub_address())
+    assert [t.amount for t in back] == [D(AMOUNT)]
+    assert [c["hash"] for c in auto.detail["evidence"]["chain"]] == [back[0].tx_hash]
+    assert Entry.objects.get(saga_id=saga_id, kind="anchor.refund").reference == \
+        back[0].tx_hash
+    refunds = transfers(remittance["memo"], source=hub.hub_address(),
+                        destination=partner_wallet["account"])
+    assert [t.amount for t in refunds] == [D(AMOUNT)]
+    assert net(saga_id) == {}
+    assert_hub_matches_chain(hub_chain)
+
+
 def test_an_operator_who_acted_first_wins_over_the_late_money_sweep(
         api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, settings):
     """The sweep's reopening is conditional on the saga still being in manual_review for
@@ -841,3 +894,43 @@ def test_a_late_short_refund_whose_fee_the_record_states_is_confirmed_and_compen
         [D(AMOUNT) - 1]
     assert net(saga_id) == {}
     assert_hub_matches_chain(hub_chain)
+
+
+def test_a_hub_payment_whose_commits_were_lost_is_not_paid_again(
+        api, corridor_on_sandbox, hub_chain):
+    """A failover loses every commit of a saga's run after the hub paid the
+    receiving anchor (issue 25 §2; tests/rewind.py) while Horizon and the anchor keep
+    theirs; the saga runs again from its first leg. The anchor leg finds the hub's
+    payment with no record of it and stops for a person instead of paying the anchor's
+    new transaction (SEP-31 cannot find the first one from anything Corridor still
+    holds); the payment it found is booked as the funding, so the hub's books equal
+    its chain while a person matches it to the anchor's transaction."""
+    # given a funded remittance whose run paid the anchor from the hub, then died (and
+    # a float on the hub, so that a second payment could happen at all)
+    corridor_on_sandbox.http.post("/horizon/sandbox/fund", json={
+        "account": hub.hub_address(), "amount": AMOUNT}).raise_for_status()
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+    before = rewind.mark()
+    killed = run_manage("run_saga", str(remittance["id"]), "--worker", "victim",
+                        crash_at="remittance.anchor_fund.paid")
+    assert killed.returncode == -9, killed.stdout + killed.stderr[-3000:]
+    paid_before = fund_intent(remittance["id"])
+
+    # when the failover loses every commit of that run (legs, bookings, hub payment)
+    lost = rewind.rewind(before)
+    assert lost["saga_hub_payments"] == 1
+
+    # then the saga runs again, finds the hub's unrecorded payment to the anchor and
+    # stops for a person instead of paying the anchor's new transaction a second time
+    ends(remittance["id"], S.MANUAL_REVIEW, worker="rescuer")
+    saga = Saga.objects.get(pk=remittance["id"])
+    assert "already paid this anchor" in saga.error and paid_before["memo"] in saga.error
+    assert len(transfers(paid_before["memo"], source=hub.hub_address(),
+                         destination=paid_before["account"])) == 1
+    intent = SagaStep.objects.get(saga_id=saga.pk, kind="anchor.fund").intent
+    assert intent is None or transfers(intent["memo"], source=hub.hub_address(),
+                                       destination=intent["account"]) == []
+    # and the hub's payment it found is booked with the stop: the hub's books equal its
+    # chain while the saga waits for a person (the float funded above is not the books')
+    assert_hub_matches_chain(hub_chain + D(AMOUNT))

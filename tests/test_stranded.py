@@ -20,6 +20,7 @@ from django.utils import timezone
 from stellar_sdk import Keypair
 
 from anchor import deposits, platform, reconciler
+from anchor.models import Customer as KycCustomer
 from anchor.models import DepositPayment, DepositRefund, DepositRelease
 from corridor.stranded import KINDS, stranded_counts, stranded_queries, stranded_thresholds
 from payouts import operations as payout_ops
@@ -34,6 +35,7 @@ from payouts.models import (
 from sagas.models import ReviewItem, Saga
 from tests.conftest import free_port
 from tests.factories import (
+    CustomerFactory,
     DepositPaymentFactory,
     DepositRefundFactory,
     DepositReleaseFactory,
@@ -500,6 +502,7 @@ INDEXES = {
     "deposit_refund_open": ("deposit_refunds", "deposit_refunds_open_idx"),
     "saga_unleased": ("sagas", "sagas_due_idx"),
     "receipt_unconsumed": ("stellar_receipts", "stellar_receipts_open_idx"),
+    "receive_info_unread": ("customers", "customers_info_wanted_idx"),
 }
 
 
@@ -524,6 +527,7 @@ def _big_tables(n: int = 3000) -> None:
         for r in rows)
     Saga.objects.bulk_create(SagaFactory.build_batch(n, status="completed"))
     DepositRefund.objects.bulk_create(DepositRefundFactory.build_batch(n))
+    KycCustomer.objects.bulk_create(CustomerFactory.build_batch(n))
     with connection.cursor() as cursor:
         for table in {t for t, _ in INDEXES.values()}:
             cursor.execute(f"ANALYZE {table}")  # noqa: S608
@@ -542,6 +546,24 @@ def test_each_stranded_query_is_served_by_its_partial_index():
         assert index in plan, (kind, plan)
         assert f"Seq Scan on {table}" not in plan, (kind, plan)
     assert stranded_counts() == ZERO
+
+
+@pytest.mark.django_db(transaction=False)
+def test_a_customer_changed_after_the_last_look_and_not_looked_at_since_is_stranded(settings):
+    """A SEP-31 transaction waiting for information its customer already gave (issue 25
+    §3): the customer changed after the last decision that waited on it, and no
+    decision looked since (payouts/receive.py stamps ``info_wanted_at`` on each look)."""
+    settings.STRANDED_RECEIVE_INFO_S = 60
+    now = timezone.now()
+    CustomerFactory(info_wanted_at=now - timedelta(minutes=10),
+                    updated_at=now - timedelta(minutes=5))  # stranded
+    CustomerFactory(info_wanted_at=now - timedelta(minutes=4),
+                    updated_at=now - timedelta(minutes=5))  # looked at after the change
+    CustomerFactory(info_wanted_at=now - timedelta(minutes=10),
+                    updated_at=now - timedelta(seconds=10))  # the next look's, not yet due
+    CustomerFactory(info_wanted_at=None, updated_at=now - timedelta(minutes=5))  # no wait
+
+    assert stranded_counts() == {**ZERO, "receive_info_unread": 1}
 
 
 # --- the operator-facing surfaces ----------------------------------------------------

@@ -677,9 +677,33 @@ STRANDED_RELEASE_S = env.float("STRANDED_RELEASE_S", default=600.0)
 STRANDED_REFUND_S = env.float("STRANDED_REFUND_S", default=600.0)
 STRANDED_SAGA_S = env.float("STRANDED_SAGA_S", default=600.0)
 STRANDED_RECEIPT_S = env.float("STRANDED_RECEIPT_S", default=900.0)
+# A SEP-31 customer changed after the last decision that waited on it, not looked at
+# since: the poller looks every WITHDRAW_POLL_PERIOD_S.
+STRANDED_RECEIVE_INFO_S = env.float("STRANDED_RECEIVE_INFO_S", default=300.0)
+# The campaign's failover fault (corridor/failover.py, manage.py chaos): the standby
+# replays FAILOVER_APPLY_DELAY_S behind the primary; its WAL receipt is cut
+# FAILOVER_LOSS_S before the primary dies (the commits lost); the fault waits at most
+# FAILOVER_IN_FLIGHT_WAIT_S for money in flight before it cuts.
+FAILOVER_APPLY_DELAY_S = env.float("FAILOVER_APPLY_DELAY_S", default=3.0)
+FAILOVER_LOSS_S = env.float("FAILOVER_LOSS_S", default=3.0)
+FAILOVER_IN_FLIGHT_WAIT_S = env.float("FAILOVER_IN_FLIGHT_WAIT_S", default=8.0)
+# Test-only switch (never from the environment): False stops the order reconciler from
+# rebuilding orders a failover lost (anchor/reconciler.py rebuild_lost_orders): the
+# test session's one sandbox keeps every earlier test's AP deposits, whose orders each
+# test's database flush removed, and the suite turns it off (tests/conftest.py).
+DEPOSIT_ORDER_REBUILD = True
 # Test-only switch (never from the environment): False turns the notify sweeper and
 # the receipt classifier off, which shows that they are what unstrands the money.
 STRANDED_SWEEPERS = True
+# Test-only switch (never from the environment): False makes the receipt classifier
+# leave a USDC receipt no withdrawal consumed where it is (allocation goes on, nothing
+# is raised), which shows that raising it is what gives that money an owner.
+RECEIPT_CLASSIFIER_RAISES = True
+# Test-only switch (never from the environment): False takes AP's -32600 refusal of
+# notify_onchain_funds_sent as final even when the read that decides shows
+# pending_anchor (anchor/releases.py _refusal_contradicted), which shows that the
+# contradiction check is what keeps a paid deposit behind a stale read out of review.
+RELEASE_NOTIFY_CONTRADICTION = True
 # Test-only switch (never from the environment): "naive" decides with the old, wrong
 # rule (hash looked up first; "sequence moved past ours" or "latest ledger after
 # max_time" taken as dead), which shows that the strict rule is what stops a second

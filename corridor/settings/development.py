@@ -79,6 +79,10 @@ SANDBOX_ANCHOR31_STEP_S = env.float("SANDBOX_ANCHOR31_STEP_S", default=0.5)
 SANDBOX_ANCHOR31_EXPIRY_S = env.float("SANDBOX_ANCHOR31_EXPIRY_S", default=86400.0)
 SANDBOX_ANCHOR31_POLL_S = env.float("SANDBOX_ANCHOR31_POLL_S", default=0.2)
 SANDBOX_ANCHOR31_WORKER_POLL_S = env.float("SANDBOX_ANCHOR31_WORKER_POLL_S", default=0.1)
+# The sandbox's wallets and sending anchor (sandbox/drivers.py, sandbox/sender31.py):
+# how often, and how far apart, a transient answer (no answer, a 5xx) is tried again.
+SANDBOX_DRIVER_RETRIES = env.int("SANDBOX_DRIVER_RETRIES", default=6)
+SANDBOX_DRIVER_RETRY_WAIT_S = env.float("SANDBOX_DRIVER_RETRY_WAIT_S", default=2.0)
 
 
 # --- Test-only: one protection off, for manage.py chaos --protection-off NAME ---
@@ -103,3 +107,16 @@ elif CORRIDOR_PROTECTION_OFF == "step_keys":
     SAGA_FENCING = False
 elif CORRIDOR_PROTECTION_OFF == "sweepers":
     STRANDED_SWEEPERS = False
+elif CORRIDOR_PROTECTION_OFF == "receipt_classifier":
+    RECEIPT_CLASSIFIER_RAISES = False
+elif CORRIDOR_PROTECTION_OFF == "notify_contradiction":
+    RELEASE_NOTIFY_CONTRADICTION = False
+elif CORRIDOR_PROTECTION_OFF == "refund_guard":
+    # A retry after a lost answer from Razorpay's refund create mints a new key.
+    DEPOSIT_REFUND_GUARD = False
+elif CORRIDOR_PROTECTION_OFF == "hub_chain_lookup":
+    # The hub pays an anchor again after a crash without looking on chain first.
+    REMITTANCE_CHAIN_LOOKUP = False
+elif CORRIDOR_PROTECTION_OFF == "compensate_order":
+    # A saga compensates first step first.
+    SAGA_COMPENSATE_IN_REVERSE = False

@@ -175,10 +175,13 @@ def refund_fee(record: dict[str, Any], *, funded: Decimal, received: Decimal
 
 
 def _since_compensating(ctx: LegContext) -> datetime:
-    """When this compensation started: the saga's ``saga.compensating``, or the later
-    ``auto.compensate`` that reopened it once its late refund was confirmed."""
-    event = SagaEvent.objects.filter(saga_id=ctx.saga.id,
-                                     event__in=["saga.compensating", "auto.compensate"]) \
+    """When this compensation started: the saga's ``saga.compensating``, an operator's
+    ``operator.compensate`` of a saga stopped going forward, or the later
+    ``auto.compensate`` that reopened it once its late refund was confirmed (without the
+    operator's, the deadline was counted from each read and never came)."""
+    event = SagaEvent.objects.filter(
+        saga_id=ctx.saga.id,
+        event__in=["saga.compensating", "operator.compensate", "auto.compensate"]) \
         .order_by("-id").first()
     return event.at if event else timezone.now()
 
@@ -305,6 +308,8 @@ class AnchorFund(Leg):
                     fields={"transaction": fields})
             except anchor31.AnchorRejected as exc:
                 raise NonRetryableError(f"the anchor refused the transaction: {exc}")
+            if settings.REMITTANCE_CHAIN_LOOKUP:
+                self._check_no_lost_payment(ctx, created, amount)
             intent = ctx.commit_intent({
                 "anchor_tx_id": created["id"], "account": created["stellar_account_id"],
                 "memo_type": created["stellar_memo_type"], "memo": created["stellar_memo"],
@@ -327,6 +332,32 @@ class AnchorFund(Leg):
             bookings=[Booking("anchor.fund", [Line(HUB, USDC, -amount),
                                               Line(ANCHOR, USDC, amount)],
                               reference=tx_hash)])
+
+    @staticmethod
+    def _check_no_lost_payment(ctx: LegContext, created: dict[str, str],
+                               amount: Decimal) -> None:
+        """Before the first intent: the hub already paid this anchor ``amount`` since the
+        saga started under a memo no leg recorded (``hub.unrecorded``). A failover lost
+        the commits of an earlier run of this leg (its intent, the anchor's first
+        transaction and memo, the hub payment row; issue 25 §2), while the anchor and the
+        chain kept them: paying the new transaction's memo would pay twice, and SEP-31
+        gives no way to find the first transaction by anything Corridor still holds.
+        Raises ManualReviewError with the evidence (a person matches the payment to the
+        anchor's transaction), booking each such payment as the funding it was
+        (``anchor.fund:<hash>``: hub -X, anchor +X) in the same commit as the stop, so
+        the hub's books equal its chain while the saga waits (the payment is rebuilt from
+        the chain; only its anchor transaction is left for the person)."""
+        lost = hub.unrecorded(destination=created["stellar_account_id"], amount=amount,
+                              memo=created["stellar_memo"], cursor=ctx.stellar_cursor)
+        if lost:
+            raise ManualReviewError(
+                "the hub already paid this anchor " + format(amount, "f") + " USDC since "
+                "the saga started with no record of it (commits lost): " + ", ".join(
+                    f"{t.tx_hash} memo {t.memo}" for t in lost) + "; booked as this "
+                "saga's funding of the anchor, not paid again",
+                bookings=[Booking("anchor.fund", [Line(HUB, USDC, -t.amount),
+                                                  Line(ANCHOR, USDC, t.amount)],
+                                  reference=t.tx_hash) for t in lost])
 
     @staticmethod
     def _check_not_rejected(intent: dict[str, Any]) -> None:

@@ -18,7 +18,9 @@ schedule exactly (the system's own timing still varies):
 - process faults: SIGKILL of web, of a worker and of beat, a worker frozen (SIGSTOP)
   past its saga lease then woken (the lease holder when there is one), a Redis
   restart, a PostgreSQL ``pg_ctl restart -m immediate``, a Celery message dropped
-  from the queue; each at least once per seed.
+  from the queue, a failover to a standby that lost the last seconds of commits
+  (``corridor.failover``; the sandbox's database is on a server of its own, as the
+  outside world keeps its history); each at least once per seed.
 
 Then every fault off, settle (``--settle`` s), and the checks of
 ``corridor.invariants``. A fault type that never fired while money was in flight is a
@@ -28,10 +30,15 @@ violation. One line per seed; on a violation the seed and its schedule; last::
         double_payments=0 double_payouts=0 stranded=0 ap_mismatches=0 manual_review=M \\
         ledger_matches_chain=yes settle_s=… elapsed_s=…
 
-``--protection-off NAME`` (envelope_rule, payout_guard, fencing, step_keys, sweepers)
-switches one protection off in every child (``CORRIDOR_PROTECTION_OFF``, read only by
-settings/development.py; ``sweepers`` also disables the sweepers' beat rows);
+``--protection-off NAME`` (``PROTECTIONS``: envelope_rule, payout_guard, fencing,
+step_keys, sweepers, receipt_classifier, notify_contradiction, refund_guard,
+hub_chain_lookup, compensate_order) switches one protection off in every child
+(``CORRIDOR_PROTECTION_OFF``, read only by settings/development.py; ``sweepers`` also
+disables the sweepers' beat rows); ``manage.py chaos_protections`` prints each one's
+seeds-to-failure;
 ``--until-violation`` stops after the first seed that found one (seeds-to-failure).
+``--cpu-burners N`` runs N spinning processes beside the campaign (a loaded machine:
+timings that hold only on an idle one are defects), stopped with it.
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ from django.core.management import BaseCommand
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from corridor import invariants, processes
+from corridor import failover, invariants, processes
 from corridor.management.commands.demo import (
     DEMO_TIMINGS,
     ROOT,
@@ -64,13 +71,15 @@ from corridor.management.commands.demo import (
 from corridor.stranded import stranded_counts, stranded_thresholds
 
 LOGS = ROOT / ".devservices" / "chaos-logs"
-PROTECTIONS = ("envelope_rule", "payout_guard", "fencing", "step_keys", "sweepers")
+PROTECTIONS = ("envelope_rule", "payout_guard", "fencing", "step_keys", "sweepers",
+               "receipt_classifier", "notify_contradiction", "refund_guard",
+               "hub_chain_lookup", "compensate_order")
 SWEEPER_TASKS = ("anchor.tasks.reconcile_releases", "anchor.tasks.sweep_ap_deposits",
                  "anchor.tasks.reconcile_orders", "anchor.tasks.sweep_unnotified",
                  "anchor.tasks.sweep_submissions", "payouts.tasks.sweep_refunds",
                  "sagas.tasks.resume_sagas")
 PROCESS_FAULTS = ("kill_web", "kill_worker", "kill_beat", "pause_worker", "restart_redis",
-                  "restart_postgres", "drop_task")
+                  "restart_postgres", "drop_task", "failover")
 CHAOS_TIMINGS = {
     **DEMO_TIMINGS,
     "RECONCILER_PERIOD_S": "1", "RECONCILER_AGE_S": "1.5", "STELLAR_TX_TIMEOUT_S": "4",
@@ -89,7 +98,8 @@ CHAOS_TIMINGS = {
     "AP_NOTIFY_SWEEP_PERIOD_S": "1", "AP_NOTIFY_SWEEP_AGE_S": "2",
     "AP_NOTIFY_BACKOFF_MAX_S": "3", "AP_NOTIFY_REVIEW_S": "20", "RECEIPT_GRACE_S": "5",
     "STRANDED_NOTIFY_S": "20", "STRANDED_RELEASE_S": "20", "STRANDED_REFUND_S": "20",
-    "STRANDED_SAGA_S": "20", "STRANDED_RECEIPT_S": "20", "PAYOUT_SETTLEMENT_WINDOW_S": "20",
+    "STRANDED_SAGA_S": "20", "STRANDED_RECEIPT_S": "20",
+    "STRANDED_RECEIVE_INFO_S": "20", "PAYOUT_SETTLEMENT_WINDOW_S": "20",
 }
 # Parameters for the faults that need them (the rest take none).
 FAULT_PARAMS = {
@@ -139,6 +149,9 @@ class Command(BaseCommand):
                                  "the INR through Razorpay (anchor/refunds.py)")
         parser.add_argument("--traffic", type=float, default=14.0, help="traffic window, s")
         parser.add_argument("--settle", type=float, default=25.0, help="settle time, s")
+        parser.add_argument("--cpu-burners", type=int, default=0,
+                            help="processes that spin beside the campaign (a loaded "
+                                 "machine), stopped with it (corridor.processes.CpuBurners)")
         parser.add_argument("--driver-patience", type=float, default=120.0,
                             help="how long a customer keeps retrying a flow the faults "
                                  "keep breaking (a PostgreSQL crash recovery), s")
@@ -146,13 +159,24 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if os.environ.get("CORRIDOR_CHAOS_CHILD") != "1":
             sys.exit(self._orchestrate(options["protection_off"]))
-        sys.exit(_Campaign(self.stdout, options).run())
+        with processes.CpuBurners(options["cpu_burners"]):
+            code = _Campaign(self.stdout, options).run()
+        sys.exit(code)
 
     def _orchestrate(self, protection_off: str) -> int:
         """Fresh campaign databases, then the campaign in a child with their URLs."""
         base = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:54329/corridor"
         db = _with_name(base, "corridor_chaos")
-        sandbox_db = _with_name(base, "corridor_sandbox_chaos")
+        # The sandbox plays the outside world, which keeps its history when Corridor's
+        # database fails over: its database lives on a server of its own.
+        outside = failover.outside_start()
+        try:
+            return self._orchestrate_on(protection_off, db,
+                                        outside.url("corridor_sandbox_chaos"))
+        finally:
+            outside.stop()
+
+    def _orchestrate_on(self, protection_off: str, db: str, sandbox_db: str) -> int:
         _recreate_database(db)
         _recreate_database(sandbox_db)
         broker = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:63799/0")
@@ -302,7 +326,8 @@ class _Campaign:
                      f"process_faults={','.join(PROCESS_FAULTS)} protection_off="
                      f"{self.off or 'none'} faults={'off' if self.no_faults else 'on'} "
                      f"traffic_s={self.traffic_s} settle_s={self.settle_s} "
-                     f"stranded_threshold_s={self.settle_s}")
+                     f"stranded_threshold_s={self.settle_s} "
+                     f"cpu_burners={self.o['cpu_burners']}")
             thresholds = stranded_thresholds()
             self.say("chaos: stranded thresholds (corridor.stranded): " + " ".join(
                 f"{kind}={s:g}s" for kind, s in sorted(thresholds.items())))
@@ -445,8 +470,14 @@ class _Campaign:
                 processes.restart_redis()
                 done = True
             elif name == "restart_postgres":
-                processes.restart_postgres()
+                with failover.SERVER_LOCK:
+                    processes.restart_postgres()
                 done = True
+            elif name == "failover":
+                done = failover.chaos_fault(
+                    database_url=os.environ["DATABASE_URL"], say=self.say,
+                    apply_delay_s=settings.FAILOVER_APPLY_DELAY_S,
+                    lose_s=settings.FAILOVER_LOSS_S, wait_s=settings.FAILOVER_IN_FLIGHT_WAIT_S)
             elif name == "drop_task":
                 done = processes.drop_task(self.broker)
             elif name == "pause_worker":

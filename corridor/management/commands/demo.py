@@ -343,6 +343,7 @@ class _Demo:
         from corridor import invariants
         from sandbox.sender31 import RECEIVER_FIELDS, Payment, SendingAnchor
 
+        REFUSED = ("error", "expired", "refunded", "completed")  # noqa: N806 - a constant
         n = int(os.environ.get("DEMO_INBOUND", 20))
         sandbox.fault("ap.stale_status", times=0)  # the withdrawals' lying reads end here
         anchor = SendingAnchor(sandbox.url)
@@ -367,12 +368,22 @@ class _Demo:
             with lock:  # one Stellar sequence for the anchor's account
                 started = sa.start(amount=f"{20 + i}.5", receiver_fields=fields)
             if i % 5 == 1:
-                sa.wait_for_status(started.transaction_id, ("pending_customer_info_update",),
-                                   timeout=self.timeout)
+                txn = sa.wait_for_status(started.transaction_id,
+                                         ("pending_customer_info_update", *REFUSED),
+                                         timeout=self.timeout)
+                if txn["status"] in REFUSED:
+                    return started.transaction_id  # counted as inbound_rejected
                 sa.put_customer(type="sep31-receiver", memo=None,
                                 customer_id=started.receiver_id,
                                 fields={"bank_number": "HDFC0001234"})
-            txn = sa.wait_for_status(started.transaction_id, timeout=self.timeout)
+            txn = sa.wait_for_status(started.transaction_id, ("pending_sender", *REFUSED),
+                                     timeout=self.timeout)
+            if txn["status"] in REFUSED:
+                # Corridor refused it before asking for the USDC (a limit, the bank
+                # details): a legitimate outcome, counted in the line, never raised.
+                self.say(f"demo: inbound {started.transaction_id} refused before "
+                         f"funding: {txn['status']} {txn.get('message') or ''}\n")
+                return started.transaction_id
             short = Payment(amount=str(Decimal(txn["amount_in"]) - Decimal("0.5"))) \
                 if i % 5 == 3 else Payment()
             with lock:
@@ -526,8 +537,14 @@ class _Demo:
         for fault, params, expect in (
                 ("razorpayx.statement_fee_mismatch", {"fees_extra": 100}, "amount_differs"),
                 ("razorpayx.reversal_statement_only", {"after_s": 1}, "missing_in_books")):
-            payout_id = self._withdrawal_with(sandbox, fault, params)
+            payout_id, status = self._withdrawal_with(sandbox, fault, params)
             reference = f"reversal:{payout_id}" if expect == "missing_in_books" else payout_id
+            if expect == "missing_in_books" and status == "reversed":
+                # Corridor's first read of the payout came after the silent reversal (a
+                # loaded machine): it booked the reversal itself, so nothing is missing.
+                self.say(f"demo: Corridor read {payout_id} reversed itself: no break "
+                         "expected for its reversal\n")
+                continue
             injected.add(("razorpayx", expect, reference))
         self.say(f"demo: {len(injected)} discrepancies injected: {sorted(injected)}\n")
         omitted = [p for (_, kind, p) in injected if kind == "missing_outside"]
@@ -619,7 +636,10 @@ class _Demo:
             "status") == "completed", f"deposit {transaction_id} completed")
         return transaction_id, payment.payment_id
 
-    def _withdrawal_with(self, sandbox, fault: str, params: dict) -> str:
+    def _withdrawal_with(self, sandbox, fault: str, params: dict) -> tuple[str, str]:
+        """A withdrawal paid with ``fault`` on: (RazorpayX payout id, Corridor's payout
+        status once final: ``completed``, or ``reversed`` when a reversal the fault
+        schedules was read before the payout was seen processed)."""
         from payouts.models import WithdrawalPayout
         from sandbox.drivers import Customer, Wallet
 
@@ -630,9 +650,9 @@ class _Demo:
         pay = Customer(sandbox).submit_withdrawal(url, "15")
         wallet.pay(destination=pay["destination"], amount="15", memo=pay["memo"])
         payout = self._until(lambda: WithdrawalPayout.objects.filter(
-            transaction_id=transaction_id, status="completed").first(),
+            transaction_id=transaction_id, status__in=("completed", "reversed")).first(),
             f"the payout of {transaction_id}")
-        return payout.provider_payout_id
+        return payout.provider_payout_id, payout.status
 
     def _until(self, probe, what: str):
         deadline = time.monotonic() + self.timeout
