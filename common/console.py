@@ -20,6 +20,7 @@ row: every case is a decision of its own.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -130,15 +131,24 @@ def shown(value) -> str:
     return "" if value is None else str(value)
 
 
+def seen_digest(preview: Preview) -> str:
+    """A digest of the evidence ``preview`` shows (hex SHA-256): what the operator read,
+    posted back by the confirmation page (hidden field ``seen``)."""
+    shown_text = json.dumps([(label, shown(value)) for label, value in preview.evidence],
+                            ensure_ascii=False)
+    return hashlib.sha256(shown_text.encode()).hexdigest()
+
+
 def render_confirmation(request, modeladmin, *, title: str, subject: str, preview: Preview,
                         form: forms.Form, action: str = "", selected: list | None = None,
                         confirm_label: str = "Yes, do it", cancel_url: str = ""):
     """The confirmation page of an action on ``modeladmin``'s model: ``preview``'s
     words, evidence and refusal, and ``form``; posting it back repeats ``action`` on
-    ``selected`` with ``post=yes``. Cancel goes to ``cancel_url`` (default: the
-    changelist)."""
+    ``selected`` with ``post=yes`` and ``seen`` (:func:`seen_digest`). Cancel goes to
+    ``cancel_url`` (default: the changelist)."""
     opts = modeladmin.model._meta
     context = {
+        "seen": seen_digest(preview),
         **modeladmin.admin_site.each_context(request),
         "title": title, "subject": subject, "opts": opts, "form": form,
         "will": preview.will, "refusal": preview.refusal,
@@ -155,11 +165,20 @@ def render_confirmation(request, modeladmin, *, title: str, subject: str, previe
 def confirm_action(modeladmin, request, queryset, *, title: str,
                    preview: Callable[[object], Preview],
                    perform: Callable[[object, dict, object], str],
-                   form_class: type[forms.Form] = NoteForm, confirm_label: str = "Yes, do it"):
+                   form_class: type[forms.Form] = NoteForm, confirm_label: str = "Yes, do it",
+                   stale_check: bool = False):
     """The body of a console action: first POST (from the changelist) -> the
     confirmation page; second POST (``post=yes``, from that page) -> validate the form,
     ``perform(obj, cleaned_data, user)`` (one service call) and report its message.
-    ``OperationRefused`` is reported as an error: the service wrote nothing."""
+    ``OperationRefused`` is reported as an error: the service wrote nothing.
+
+    ``stale_check`` (for actions whose case Corridor itself may change while a person
+    reads it, e.g. the late-money sweep rewriting a saga's review reason): a second POST
+    whose ``seen`` is not the digest of the evidence as it is now is refused ("the case
+    changed since ..."), nothing performed, and the page shown again with the evidence
+    of now (found by the attacker: a page read before the sweep closed a saga on
+    evidence no longer true). A POST without ``seen`` (not from the page) is not
+    checked: the service's own conditions still hold."""
     if queryset.count() != 1:
         modeladmin.message_user(request, "Select exactly one row: each action handles one "
                                 "case.", messages.WARNING)
@@ -167,7 +186,12 @@ def confirm_action(modeladmin, request, queryset, *, title: str,
     obj = queryset.get()
     if request.POST.get("post") == "yes":
         form = form_class(request.POST)
-        if form.is_valid():
+        seen = request.POST.get("seen")
+        if stale_check and seen and seen != seen_digest(preview(obj)):
+            modeladmin.message_user(
+                request, "Refused, nothing changed: the case changed since the page was "
+                "shown; read it again below before confirming.", messages.ERROR)
+        elif form.is_valid():
             try:
                 message = perform(obj, form.cleaned_data, request.user)
             except OperationRefused as exc:

@@ -66,7 +66,7 @@ class SagaAdmin(ReadOnlyAdmin):
             preview=lambda s: operations.saga_resume_preview(saga_id=s.pk),
             perform=lambda s, data, user: _ran(operations.saga_resume(
                 saga_id=s.pk, operator=user, note=data["note"])),
-            confirm_label="Yes, resume it")
+            confirm_label="Yes, resume it", stale_check=True)
 
     def has_resume_permission(self, request):
         return request.user.has_perm("sagas.resume_saga")
@@ -78,7 +78,7 @@ class SagaAdmin(ReadOnlyAdmin):
             preview=lambda s: operations.saga_retry_step_preview(saga_id=s.pk),
             perform=lambda s, data, user: _ran(operations.saga_retry_step(
                 saga_id=s.pk, operator=user, note=data["note"])),
-            confirm_label="Yes, retry the step")
+            confirm_label="Yes, retry the step", stale_check=True)
 
     def has_retry_step_permission(self, request):
         return request.user.has_perm("sagas.retry_saga_step")
@@ -90,7 +90,7 @@ class SagaAdmin(ReadOnlyAdmin):
             preview=lambda s: operations.saga_compensate_preview(saga_id=s.pk),
             perform=lambda s, data, user: _ran(operations.saga_compensate(
                 saga_id=s.pk, operator=user, note=data["note"])),
-            confirm_label="Yes, compensate")
+            confirm_label="Yes, compensate", stale_check=True)
 
     def has_compensate_permission(self, request):
         return request.user.has_perm("sagas.compensate_saga")
@@ -102,7 +102,7 @@ class SagaAdmin(ReadOnlyAdmin):
             preview=lambda s: operations.saga_close_preview(saga_id=s.pk),
             perform=lambda s, data, user: _ran(operations.saga_close(
                 saga_id=s.pk, outcome=data["outcome"], operator=user, note=data["note"])),
-            confirm_label="Yes, close it")
+            confirm_label="Yes, close it", stale_check=True)
 
     def has_close_permission(self, request):
         return request.user.has_perm("sagas.resolve_saga")

@@ -14,11 +14,15 @@ manual_review for one of those reasons (``awaiting_sql``, served by the partial 
   the funding's memo, ``remittance.chain_refunds``) AND in the anchor's own record
   (SEP-31 ``GET /transactions/{id}``: ``refunded``, or ``error`` with refunds, whose
   ``refunds.amount_refunded`` equals the sum on chain and whose ``payments[].id`` are
-  exactly those hashes), and no more than the funding -> the saga is compensated by
-  Corridor itself (``operations.saga_auto_compensate``, actor ``system:late-money``):
-  the engine books the refund under its hash (``anchor.refund:<hash>``), undoes the
-  conversion and returns the partner's USDC through the hub's outbox, last step first,
-  exactly as an operator's "compensate" would;
+  exactly those hashes), no more than the funding, and whole or short by exactly the
+  refund fees the record states (``remittance.refund_fee``: what the compensation can
+  book; a short refund the fees do not explain stays in review, its reason saying so,
+  since the compensation would stop again and this sweep reopen it, for ever) -> the
+  saga is compensated by Corridor itself (``operations.saga_auto_compensate``, actor
+  ``system:late-money``): the engine books the refund under its hash
+  (``anchor.refund:<hash>``), undoes the conversion and returns the partner's USDC
+  through the hub's outbox, last step first, exactly as an operator's "compensate"
+  would;
 - **seen, not confirmed** (on chain only, or in the record only): the review reason is
   replaced with what each side says now (``operations.saga_review_evidence``), so the
   queue never says "no refund" while one is on chain; the saga stays for the next run;
@@ -303,9 +307,15 @@ def late_refund_check(*, saga_id: int) -> str:
         "anchor_status": status, "anchor_refunded": str(recorded),
         "anchor_refund_payments": [str(p.get("id")) for p in payments]}
     on_chain = {t.tx_hash for t in seen.refunds}
-    confirmed = (bool(on_chain) and status in (anchor31.REFUNDED, anchor31.ERROR)
-                 and recorded == seen.total and recorded <= funded
-                 and {str(p.get("id")) for p in payments} == on_chain)
+    agreed = (bool(on_chain) and status in (anchor31.REFUNDED, anchor31.ERROR)
+              and recorded == seen.total and recorded <= funded
+              and {str(p.get("id")) for p in payments} == on_chain)
+    # Confirmed only what the compensation completes (a short refund: the record's fee
+    # explains the rest), else it stops again at its deadline and this sweep reopens
+    # it again, for ever (found by the attacker: four reopenings in 8 s).
+    fee = remittance.refund_fee(record, funded=funded, received=seen.total) \
+        if agreed else None
+    confirmed = agreed and fee is not None
     if confirmed:
         done = operations.saga_auto_compensate(
             saga_id=saga_id, actor=ACTOR, reason_was=saga.error, evidence=evidence,
@@ -320,6 +330,11 @@ def late_refund_check(*, saga_id: int) -> str:
               f"); funded {funded} USDC. Compensated by Corridor once both agree")
     if recorded > funded or seen.total > funded:
         reason += "; more than the funding came back: a person decides"
+    elif agreed:
+        fees = sum((Decimal(str(p.get("fee") or "0")) for p in payments), Decimal(0))
+        reason += (f"; both agree on {seen.total} USDC, but the anchor kept "
+                   f"{funded - seen.total} USDC that its record's refund fees ({fees}) "
+                   f"do not explain ({status}): a person decides")
     # The height moves on every read: compare what the sides say, not when.
     if _stable(reason) == _stable(saga.error):
         return "unchanged"

@@ -738,3 +738,40 @@ def test_expire_an_unpaid_deposit(sbx, operator, client):
     assert_one_audit_row(ApTransactionEvent.objects.all(), event="ap.expired",
                          operator=operator)
     assert ApTransactionEvent.objects.get().kind == "deposit"
+
+
+def test_a_saga_page_read_before_the_late_money_sweep_changed_its_case_is_refused(
+        gate_plan, operator, client):
+    """Attacker (issue 25 §1, "an operator who already acted wins" — and one who has
+    not acted yet?): an operator opens "close as resolved" on a saga in review for "no
+    refund" and settles with the partner by phone; meanwhile the late-money sweep
+    rewrites the reason (``review.evidence``: the anchor says it refunded). The
+    confirmation, posted from the page read before, closed the saga on evidence that
+    was no longer true (the refund then lands on a saga nobody will book it for). Now
+    the page carries a digest of the evidence it showed; a confirmation whose page is
+    stale is refused and the page shown again with what is true now."""
+    import re
+
+    from sagas import operations
+
+    saga = stopped_saga()
+    page = confirmation_page(client, "sagas_saga", "close", saga.pk)
+    token = re.search(r'name="seen" value="([0-9a-f]*)"', page)
+    assert operations.saga_review_evidence(
+        saga_id=saga.pk, actor="system:late-money", reason_was=saga.error,
+        reason="a refund arrived after the saga stopped waiting: the anchor says refunded",
+        evidence={})
+
+    shown = confirm(client, "sagas_saga", "close", saga.pk, outcome="compensated",
+                    seen=token.group(1) if token else "")
+
+    saga.refresh_from_db()
+    assert saga.status == "manual_review", shown
+    assert refused(shown) and any("changed since" in m for m in shown)
+    assert not operator_events(saga).exists()
+    page = confirmation_page(client, "sagas_saga", "close", saga.pk)  # read it again
+    assert "the anchor says refunded" in page
+    confirm(client, "sagas_saga", "close", saga.pk, outcome="compensated",
+            seen=re.search(r'name="seen" value="([0-9a-f]*)"', page).group(1))
+    saga.refresh_from_db()
+    assert saga.status == "compensated"

@@ -97,3 +97,32 @@ def test_a_payment_older_than_the_look_back_keeps_its_break(recon, settings):
     reconcile()
 
     assert _status(key) == "open"
+
+
+def test_a_release_waiting_for_a_trustline_does_not_keep_the_distribution_uncompared(recon):
+    """Attacker (issue 25 §4, the other side of the coverage rule): a release whose
+    payment landed as failed ``op_no_trust`` waits, ``failed``, for the customer's
+    trustline, for days or for ever; its envelope is spent (its sequence used), so
+    nothing is in flight until it is resubmitted (``submitting`` first). The run called
+    the distribution account busy while any release was ``failed``: one customer who
+    never adds the trustline kept the account uncompared for ever, its break open after
+    the books were put right (and no new difference ever found)."""
+    from ledger import chart
+
+    distribution = stellar.distribution_keypair().public_key
+    key = f"horizon:balance_differs:{distribution}"
+    _fund(recon, distribution, "3")
+    wait_for(lambda: reconcile() and Break.objects.filter(key=key, status="open").exists(),
+             timeout=10, interval=0.5, what="the distribution's break")
+    DepositReleaseFactory(status="failed", failure_code="op_no_trust")
+    chart.funded(key="attacker:distribution:topup", account=chart.DISTRIBUTION,
+                 currency="USDC", amount=Decimal("3"), reference="put right")
+
+    run = reconcile()
+
+    assert run.balances["stellar:distribution USDC"]["compared"] is True
+    assert _status(key) == "cleared"
+    DepositReleaseFactory(status="failed")  # refused, its envelope perhaps still alive
+    _fund(recon, distribution, "2")
+    run = reconcile()
+    assert run.balances["stellar:distribution USDC"]["compared"] is False

@@ -983,6 +983,106 @@ def test_two_late_payments_after_the_deadline_one_reopens_the_other_is_returned(
                                         destination=partner_wallet["account"])] == [D(AMOUNT)]
     assert_excess_returned_once(remittance["id"], excess, partner_wallet["account"],
                                 hub_chain)
+def test_a_second_late_partner_payment_after_the_first_was_returned_is_not_left_unbooked(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings):
+    """Attacker (issue 25 §1, "money that arrives anyway, at any later time"): the
+    partner's wallet pays an expired remittance twice, the second payment after the
+    sweep had returned the first. The sweep looked only at sagas whose ``bridge.fill``
+    was still ``failed``; once the first late payment was returned that step is
+    ``compensated``, so the second payment sat on the hub unbooked for ever with no
+    owner in the queue (hub on chain != ledger). Now it is excess of a settled saga
+    whose fill is booked: booked, returned to its sender under a hash memo naming it
+    (never taken for the compensation's return of the first, under the reference), once."""
+    settings.REMITTANCE_FUNDING_DEADLINE_S = 0.5
+    settings.REMITTANCE_FUNDING_GRACE_S = 0.5
+    remittance = create(api)
+    saga_id = remittance["id"]
+    ends(saga_id, S.COMPENSATED)
+    first = partner_pays(corridor_on_sandbox, remittance)
+    wait_for(lambda: saga_beat_sweeps() or Saga.objects.get(pk=saga_id).status
+             == S.COMPENSATING, timeout=20, what="the sweep seeing the first late payment")
+    assert drive_with_sweeps(saga_id, S.COMPENSATED).status == S.COMPENSATED
+
+    second = partner_pays(corridor_on_sandbox, remittance)  # the wallet paid again
+    wait_for(lambda: saga_beat_sweeps() or Entry.objects.filter(
+        idempotency_key=f"remittance.excess_return:{second}").exists(),
+        timeout=30, what="the second late payment returned")
+    for _ in range(3):
+        saga_beat_sweeps()
+
+    saga = Saga.objects.get(pk=saga_id)
+    assert saga.status == S.COMPENSATED, f"{saga.status}: {saga.error}"
+    assert Entry.objects.get(saga_id=saga_id, kind="bridge.fill").reference == first
+    assert Entry.objects.filter(saga_id=saga_id, kind="remittance.excess").count() == 1
+    assert [t.amount for t in transfers(remittance["memo"], source=hub.hub_address(),
+                                        destination=partner_wallet["account"])] == [D(AMOUNT)]
+    assert [t.amount for t in returns_of(second, destination=partner_wallet["account"])] \
+        == [D(AMOUNT)]
+    assert_hub_matches_chain(hub_chain)
+
+
+def test_a_short_refund_the_anchor_records_without_its_fee_does_not_reopen_the_saga(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, settings):
+    """Attacker (issue 25 §1): the anchor refunds late, but less than it was paid, and
+    its record's refund fee does not explain what it kept (``anchor31.refund_short``:
+    1 USDC short, fee 0). The sweep called that "confirmed" (chain and record agree on
+    the sum and the hashes) and reopened the saga; the compensation, which books a
+    short refund only when the record's fee explains the rest, waited and stopped again
+    after REMITTANCE_REFUND_DEADLINE_S saying "no refund from the anchor by ..." (with a
+    refund on chain), and the next sweep reopened it again: the saga left review every
+    deadline, under an operator's confirmation page, for ever. Now the sweep confirms
+    only what the compensation can complete: the saga stays in review, its reason says
+    what came back and that a person decides, and nothing moves."""
+    settings.REMITTANCE_REFUND_DEADLINE_S = 1.0
+    sandbox = corridor_on_sandbox
+    sandbox.fault("anchor31.refund_short", short="1", fee="0")
+    remittance = stopped_for_no_refund(api, sandbox, monkeypatch, settings,
+                                       hold_refund_s=5.0)
+    saga_id, intent = remittance["id"], fund_intent(remittance["id"])
+    wait_for(lambda: anchor31.get_transaction(intent["anchor_tx_id"])["status"]
+             == "refunded", timeout=40, what="the anchor's late, short refund")
+    back = transfers(intent["memo"], source=intent["account"], destination=hub.hub_address())
+    assert [t.amount for t in back] == [D(AMOUNT) - 1]
+
+    deadline = time.monotonic() + 8  # several refund deadlines
+    while time.monotonic() < deadline:
+        saga_beat_sweeps()
+        engine.run(saga_id, "driver", dispatch=False)
+        time.sleep(0.2)
+
+    saga = Saga.objects.get(pk=saga_id)
+    assert SagaEvent.objects.filter(saga_id=saga_id, event="auto.compensate").count() == 0
+    assert saga.status == S.MANUAL_REVIEW, f"{saga.status}: {saga.error}"
+    assert "no refund" not in saga.error and back[0].tx_hash in saga.error
+    assert "a person decides" in saga.error
+    assert transfers(remittance["memo"], source=hub.hub_address(),
+                     destination=partner_wallet["account"]) == []
+
+
+def test_a_late_short_refund_whose_fee_the_record_states_is_confirmed_and_compensated(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, settings):
+    """The other side of the rule above: a late refund 1 USDC short whose record states
+    a refund fee of 1 USDC is what the compensation books (the partner bears the fee),
+    so the sweep confirms it once and the saga ends compensated, the partner repaid
+    what came back."""
+    sandbox = corridor_on_sandbox
+    sandbox.fault("anchor31.refund_short", short="1", fee="1")
+    remittance = stopped_for_no_refund(api, sandbox, monkeypatch, settings,
+                                       hold_refund_s=5.0)
+    saga_id, intent = remittance["id"], fund_intent(remittance["id"])
+    wait_for(lambda: anchor31.get_transaction(intent["anchor_tx_id"])["status"]
+             == "refunded", timeout=40, what="the anchor's late, short refund")
+
+    saga = drive_with_sweeps(saga_id, S.COMPENSATED)
+
+    assert saga.status == S.COMPENSATED, f"{saga.status}: {saga.error}"
+    assert SagaEvent.objects.filter(saga_id=saga_id, event="auto.compensate").count() == 1
+    assert "anchor.refund_fee" in kinds(saga_id)
+    assert [t.amount for t in transfers(remittance["memo"], source=hub.hub_address(),
+                                        destination=partner_wallet["account"])] == \
+        [D(AMOUNT) - 1]
+    assert net(saga_id) == {}
+    assert_hub_matches_chain(hub_chain)
 
 
 def test_a_hub_payment_whose_commits_were_lost_is_not_paid_again(

@@ -45,7 +45,8 @@ RazorpayX (payouts), the account statement since the look-back's first day:
 Horizon: the distribution account's USDC with ``stellar:distribution`` plus the
 customers' receipts not accounted for yet, and the hub's USDC with ``hub``; compared
 only while nothing is in flight on the account (a release or refund submitting, a saga
-running), else reported as not compared. XLM (channels' fees) is reported, not booked.
+running; not a release waiting, failed op_no_trust, for a trustline: its envelope is
+spent), else reported as not compared. XLM (channels' fees) is reported, not booked.
 
 A Razorpay or Horizon read that fails fails the run (status ``failed``, no break
 changed): a missing answer is never a missing payment. A run that could not compare a
@@ -375,7 +376,12 @@ def _horizon(counts: dict, balances: dict, covered: set[str]) -> list[Found]:
     found: list[Found] = []
     usdc = stellar.usdc()
     distribution = stellar.distribution_keypair().public_key
-    busy = (DepositRelease.objects.filter(status__in=DepositRelease.OPEN_STATUSES).exists()
+    # A release ``failed`` on op_no_trust has its envelope spent (it landed, failed): it
+    # waits for a trustline, perhaps for ever, with nothing in flight until it goes back
+    # to ``submitting``. Any other failed one may still land (refused while alive).
+    busy = (DepositRelease.objects.filter(status__in=DepositRelease.OPEN_STATUSES).exclude(
+                status=DepositRelease.Status.FAILED,
+                failure_code=DepositRelease.FailureCode.NO_TRUST).exists()
             or WithdrawalRefund.objects.filter(status__in=("submitting", "submitted")).exists())
     chain = stellar.asset_balance(distribution, usdc) or ZERO
     books = ledger.balance(account=chart.DISTRIBUTION, currency="USDC")

@@ -159,6 +159,24 @@ def chain_refunds(fund: dict[str, Any], *, cursor: str) -> ChainRefunds:
     return ChainRefunds(refunds, ledger, closed_at)
 
 
+def refund_fee(record: dict[str, Any], *, funded: Decimal, received: Decimal
+               ) -> Decimal | None:
+    """The fee the anchor kept out of a refund of ``received`` USDC (on chain) of the
+    ``funded`` it was paid, from its SEP-31 transaction ``record``: ``funded -
+    received`` when the record says the refund is over (``refunded``), refunded exactly
+    ``received`` (> 0) and its refund payments' fees sum to that; None while that is not
+    so (the compensation waits; the late-money sweep does not reopen the saga for it).
+    A refund of the whole funding has fee 0 and needs no record."""
+    if received == funded:
+        return Decimal(0)
+    refunded, payments = anchor31.refunds_of(record)
+    fees = sum((Decimal(str(p.get("fee") or "0")) for p in payments), Decimal(0))
+    if record.get("status") != anchor31.REFUNDED or refunded != received or received == 0:
+        return None
+    fee = funded - received
+    return fee if fees == fee else None
+
+
 def _since_compensating(ctx: LegContext) -> datetime:
     """When this compensation started: the saga's ``saga.compensating``, an operator's
     ``operator.compensate`` of a saga stopped going forward, or the later
@@ -402,18 +420,13 @@ class AnchorFund(Leg):
 
     @staticmethod
     def _refund_fee(output: dict[str, Any], received: Decimal) -> Decimal | None:
-        """The fee the anchor kept, when it says the refund is over and its refund
-        payments are exactly those on chain; None while that is not so."""
+        """The fee the anchor kept (:func:`refund_fee`, on its record read now); None
+        while it is not known."""
         try:
             tx = anchor31.get_transaction(output["anchor_tx_id"])
         except anchor31.AnchorError:
             return None
-        refunded, payments = anchor31.refunds_of(tx)
-        fees = sum((Decimal(str(p.get("fee") or "0")) for p in payments), Decimal(0))
-        if tx.get("status") != anchor31.REFUNDED or refunded != received or received == 0:
-            return None
-        fee = Decimal(output["amount"]) - received
-        return fee if fees == fee else None
+        return refund_fee(tx, funded=Decimal(output["amount"]), received=received)
 
     @staticmethod
     def _wait(ctx: LegContext, reason: str, *, history: datetime | None = None) -> Pending:

@@ -35,6 +35,9 @@ once per transaction):
   transaction waits ``max(s, settle delay)`` seconds, the first ones included.
 - ``anchor31.step_delay`` ``{"seconds": s}``: while on, the settle delay of every
   transaction (not drawn, not counted).
+- ``anchor31.refund_short`` ``{"short": x, "fee": f}``: drawn when a refund is built;
+  the anchor pays back ``x`` less than it received and records a refund fee of ``f``
+  (default 0: a record whose fee does not explain what it kept).
 
 Refunds (SEP-31 v2.2.0 ``refund_memo``: "If not specified, the Receiving Anchor should
 use the same memo the Sending Anchor used"): one payment from the anchor's account
@@ -78,6 +81,7 @@ FAULT_FAIL_PAYOUT = "anchor31.fail_payout"
 FAULT_SLOW = "anchor31.slow"
 FAULT_STEP_DELAY = "anchor31.step_delay"
 FAULT_HTTP_5XX = "anchor31.http_5xx"
+FAULT_REFUND_SHORT = "anchor31.refund_short"
 
 REJECTED = "rejected by the receiving anchor before funding"
 REJECTED_AFTER_FUNDING = "rejected by the receiving anchor after funding; refunding"
@@ -248,13 +252,17 @@ def _prepare_refund(tx: Sep31Transaction, payment: Sep31Payment) -> Sep31Refund:
         memo_type, memo = tx.refund_memo_type, tx.refund_memo
     else:
         memo_type, memo = payment.memo_type, payment.memo
+    amount, fee = payment.amount, Decimal(0)
+    if (short := faults.take(FAULT_REFUND_SHORT)) is not None:
+        amount -= Decimal(str(short.get("short", "1")))
+        fee = Decimal(str(short.get("fee", "0")))
     envelope_xdr, tx_hash, max_time = stellar.build_payment(
         ANCHOR31, destination=payment.from_account, asset=_refund_asset(payment),
-        amount=payment.amount, memo_type=memo_type, memo=memo)
+        amount=amount, memo_type=memo_type, memo=memo)
     return Sep31Refund.objects.using(DB).create(
         transaction=tx, payment=payment, destination=payment.from_account,
         asset_type=payment.asset_type, asset_code=payment.asset_code,
-        asset_issuer=payment.asset_issuer, amount=payment.amount, fee=Decimal(0),
+        asset_issuer=payment.asset_issuer, amount=amount, fee=fee,
         memo_type=memo_type, memo=memo, envelope_xdr=envelope_xdr, hash=tx_hash,
         max_time=max_time, status=Sep31Refund.SUBMITTING, created_at=timezone.now())
 

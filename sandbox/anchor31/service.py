@@ -11,7 +11,8 @@
 Fault switches of this stand-in (set with ``POST /sandbox/faults``):
 ``anchor31.reject_before_funding``, ``anchor31.refund_after_funding``,
 ``anchor31.fail_payout``, ``anchor31.slow`` ``{"seconds"}``, ``anchor31.step_delay``
-``{"seconds"}`` (``sandbox.anchor31.machine``) and ``anchor31.http_5xx`` (the next
+``{"seconds"}``, ``anchor31.refund_short`` ``{"short", "fee"}``
+(``sandbox.anchor31.machine``) and ``anchor31.http_5xx`` (the next
 ``times`` SEP-31 API calls answer 503 before doing anything; ``sandbox.anchor31.views``).
 """
 

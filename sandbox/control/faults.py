@@ -47,6 +47,7 @@ KNOWN: frozenset[str] = frozenset({
     # sandbox/anchor31/machine.py
     "anchor31.reject_before_funding", "anchor31.refund_after_funding",
     "anchor31.fail_payout", "anchor31.slow", "anchor31.step_delay", "anchor31.http_5xx",
+    "anchor31.refund_short",
 })
 
 
