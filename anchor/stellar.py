@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -517,37 +518,48 @@ def transfers_after(account: str, cursor: str = "", *, max_pages: int = 50
     return find_transfers_by_reference(account, None, cursor, max_pages=max_pages)
 
 
-def find_transfers_by_reference(account: str, reference: str | None, cursor: str = "", *,
-                                max_pages: int = 50) -> list[Transfer]:
-    """Successful payments sent or received by ``account`` whose transaction memo is
-    ``reference``, oldest first, read from Horizon's ``/accounts/{account}/payments
-    ?join=transactions`` after paging token ``cursor`` ("" = from the beginning).
-
-    The caller decides what matches (DESIGN.md §6: the same from, to, amount and
-    asset). An account Horizon never saw has no payments. Raises HorizonUnavailable."""
-    found: list[Transfer] = []
+def _payment_records(account: str, cursor: str, *, desc: bool,
+                     max_pages: int) -> Iterator[dict]:
+    """Every payment record of ``account`` (joined with its transaction) after paging
+    token ``cursor``, in pages of 200 from Horizon's ``/accounts/{account}/payments
+    ?join=transactions``; none for an account Horizon never saw. Raises
+    HorizonUnavailable, also past ``max_pages`` pages (the caller stops reading
+    earlier when it has what it wants)."""
     for _ in range(max_pages):
         try:
             page = (server().payments().for_account(account).join("transactions")
-                    .cursor(cursor).order(desc=False).limit(200).call())
+                    .cursor(cursor).order(desc=desc).limit(200).call())
         except sdk_errors.NotFoundError:
-            return found
+            return
         except Exception as exc:  # the SDK raises several types for one outage
             raise HorizonUnavailable(str(exc)) from exc
         records = page["_embedded"]["records"]
         for record in records:
             cursor = record["paging_token"]
-            if record.get("type") not in PAYMENT_TYPES:
-                continue
-            if not record.get("transaction_successful", True):
-                continue
-            if reference is not None and \
-                    (record.get("transaction") or {}).get("memo", "") != reference:
-                continue
-            found.append(_transfer(record))
+            yield record
         if len(records) < 200:
-            return found
+            return
     raise HorizonUnavailable(f"more than {max_pages} pages of payments after {cursor}")
+
+
+def _successful_payment(record: dict) -> bool:
+    return record.get("type") in PAYMENT_TYPES and record.get("transaction_successful", True)
+
+
+def find_transfers_by_reference(account: str, reference: str | None, cursor: str = "", *,
+                                max_pages: int = 50) -> list[Transfer]:
+    """Successful payments sent or received by ``account`` whose transaction memo is
+    ``reference`` (None: any), oldest first, read from Horizon's
+    ``/accounts/{account}/payments?join=transactions`` after paging token ``cursor``
+    ("" = from the beginning).
+
+    The caller decides what matches (DESIGN.md §6: the same from, to, amount and
+    asset). An account Horizon never saw has no payments. Raises HorizonUnavailable."""
+    return [_transfer(record) for record in _payment_records(
+        account, cursor, desc=False, max_pages=max_pages)
+        if _successful_payment(record) and (
+            reference is None
+            or (record.get("transaction") or {}).get("memo", "") == reference)]
 
 
 def transfers_since(account: str, since: datetime, *, max_pages: int = 10) -> list[Transfer]:
@@ -557,26 +569,12 @@ def transfers_since(account: str, since: datetime, *, max_pages: int = 10) -> li
     An account Horizon never saw has none. Raises HorizonUnavailable (also past
     ``max_pages`` pages of 200)."""
     found: list[Transfer] = []
-    cursor = ""
-    for _ in range(max_pages):
-        try:
-            page = (server().payments().for_account(account).join("transactions")
-                    .cursor(cursor).order(desc=True).limit(200).call())
-        except sdk_errors.NotFoundError:
-            return found
-        except Exception as exc:  # the SDK raises several types for one outage
-            raise HorizonUnavailable(str(exc)) from exc
-        records = page["_embedded"]["records"]
-        for record in records:
-            cursor = record["paging_token"]
-            if datetime.fromisoformat(record["created_at"]) < since:
-                return found
-            if record.get("type") in PAYMENT_TYPES and record.get("transaction_successful",
-                                                                  True):
-                found.append(_transfer(record))
-        if len(records) < 200:
-            return found
-    raise HorizonUnavailable(f"more than {max_pages} pages of payments since {since}")
+    for record in _payment_records(account, "", desc=True, max_pages=max_pages):
+        if datetime.fromisoformat(record["created_at"]) < since:
+            break
+        if _successful_payment(record):
+            found.append(_transfer(record))
+    return found
 
 
 def latest_payment_cursor(account: str) -> str:
