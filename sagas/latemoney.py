@@ -338,9 +338,18 @@ def late_refund_check(*, saga_id: int) -> str:
     # The height moves on every read: compare what the sides say, not when.
     if _stable(reason) == _stable(saga.error):
         return "unchanged"
+    # What arrived on the hub is booked now, with the reason that names it (the hub's
+    # books equal its chain while a person decides; found by the loaded campaign: a
+    # short refund the record's fees did not explain sat on the hub unbooked). The keys
+    # are the compensation's own (``anchor.refund:<hash>``), so it replays them.
+    arrived = [ledger.EntrySpec(
+        idempotency_key=f"anchor.refund:{t.tx_hash}", kind="anchor.refund",
+        lines=[Line(remittance.HUB, remittance.USDC, t.amount),
+               Line(remittance.ANCHOR, remittance.USDC, -t.amount)],
+        reference=t.tx_hash, saga_id=saga_id) for t in seen.refunds]
     changed = operations.saga_review_evidence(saga_id=saga_id, actor=ACTOR,
                                               reason_was=saga.error, reason=reason,
-                                              evidence=evidence)
+                                              evidence=evidence, bookings=arrived)
     return "evidence" if changed else "skipped"
 
 

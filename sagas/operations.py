@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 
+from common import locks
 from common.console import (
     OperationRefused,
     Preview,
@@ -342,12 +343,15 @@ def saga_auto_compensate(*, saga_id: int, actor: str, reason_was: str, note: str
 
 
 def saga_review_evidence(*, saga_id: int, actor: str, reason_was: str, reason: str,
-                         evidence: dict) -> bool:
+                         evidence: dict, bookings: list[ledger.EntrySpec] | None = None
+                         ) -> bool:
     """Replace the review reason of a saga in ``manual_review`` with ``reason`` (what
     the evidence says now, so the queue never states what the chain contradicts), only
     while it is still ``reason_was``; one ``saga_events`` row ``review.evidence``
-    (worker ``actor``, detail: both reasons and ``evidence``) in the same transaction.
-    The saga stays where it is. False (nothing written) when the saga moved on."""
+    (worker ``actor``, detail: both reasons and ``evidence``) and ``bookings`` (money
+    that did arrive, keyed on its hash: a later compensation replays the same keys) in
+    the same transaction. The saga stays where it is. False (nothing written) when the
+    saga moved on."""
     if reason == reason_was:
         return False
     with transaction.atomic(), connection.cursor() as cur:
@@ -356,6 +360,8 @@ def saga_review_evidence(*, saga_id: int, actor: str, reason_was: str, reason: s
         row = cur.fetchone()
         if row is None:
             return False
+        if bookings:
+            ledger.post_many(entries=bookings)
         cur.execute(
             "INSERT INTO saga_events (saga_id, idx, event, detail, worker, fence) "
             "VALUES (%s, NULL, 'review.evidence', %s::jsonb, %s, %s)",
@@ -445,6 +451,10 @@ def saga_book_late_money(*, saga_id: int, actor: str, event: str,
     written, the event included)."""
     booked: list[bool] = []
     with transaction.atomic(), connection.cursor() as cur:
+        # Two sweeps on one payment: the second waits here, then finds the key booked
+        # and writes no second audit row (tests/test_remittances.py two sweeps at once).
+        locks.xact_lock(f"late-money:{booking.idempotency_key}")
+
         def audit(balances=None) -> None:
             cur.execute(
                 "INSERT INTO saga_events (saga_id, idx, event, detail, worker, fence) "

@@ -1057,6 +1057,11 @@ def test_a_short_refund_the_anchor_records_without_its_fee_does_not_reopen_the_s
     assert "a person decides" in saga.error
     assert transfers(remittance["memo"], source=hub.hub_address(),
                      destination=partner_wallet["account"]) == []
+    # and the short refund that did arrive is booked with the reason that names it, once
+    # (the loaded campaign's seed 1: 9.25 USDC on the hub, 0 in the ledger)
+    assert [e.reference for e in Entry.objects.filter(kind="anchor.refund",
+                                                      saga_id=saga_id)] == [back[0].tx_hash]
+    assert_hub_matches_chain(hub_chain)
 
 
 def test_a_late_short_refund_whose_fee_the_record_states_is_confirmed_and_compensated(
