@@ -948,12 +948,17 @@ def test_a_sweep_killed_between_returning_and_booking_returns_once(
     assert not Entry.objects.filter(kind="remittance.excess_return").exists()
 
     settings.REMITTANCE_CHAIN_LOOKUP = lookup
+    float_usdc = D(0)
+    if not lookup:  # a float on the hub, so that a second return can happen at all
+        float_usdc = D("100")
+        corridor_on_sandbox.http.post("/horizon/sandbox/fund", json={
+            "account": hub.hub_address(), "amount": str(float_usdc)}).raise_for_status()
     for _ in range(2):
         saga_beat_sweeps()
     if not lookup:
         assert len(returns_of(excess, destination=partner_wallet["account"])) == 2
         with pytest.raises(AssertionError, match="chain moved"):
-            assert_hub_matches_chain(hub_chain)
+            assert_hub_matches_chain(hub_chain + float_usdc)
         return
     assert_excess_returned_once(remittance["id"], excess, partner_wallet["account"],
                                 hub_chain)
