@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
@@ -180,10 +181,15 @@ def _enqueue_after_commit(saga_id: int, delay_s: float) -> None:
     transaction.on_commit(enqueue_run, robust=True)
 
 
-def _enqueue(saga_id: int, delay_s: float) -> None:
-    from sagas.tasks import run_saga
+RUN_SAGA_TASK = "sagas.tasks.run_saga"
 
-    run_saga.apply_async(kwargs={"saga_id": saga_id}, countdown=max(0.0, delay_s))
+
+def _enqueue(saga_id: int, delay_s: float) -> None:
+    """Publish ``sagas.tasks.run_saga`` by name, as anchor/inbox.py publishes its
+    follow-ups: the engine never imports the tasks module that imports it (the import
+    circle engine <-> tasks, which the late-money sweep had grown to four files)."""
+    current_app.send_task(RUN_SAGA_TASK, kwargs={"saga_id": saga_id},
+                          countdown=max(0.0, delay_s))
 
 
 # --- the lease -----------------------------------------------------------------------

@@ -607,3 +607,11 @@ def test_celery_runs_sagas_retries_through_the_broker_and_the_sweep_recovers():
     assert Saga.objects.get(pk=crashed.pk).recoveries == 1
     for pk in (retried.pk, crashed.pk):
         assert invariant_violations(pk) == []
+
+
+def test_the_engine_publishes_the_run_task_by_its_registered_name():
+    """The engine publishes ``run_saga`` by name (no import of sagas.tasks, which imports
+    the engine): the name it sends must be the one Celery registered."""
+    from sagas import tasks
+
+    assert engine.RUN_SAGA_TASK == tasks.run_saga.name
