@@ -177,11 +177,8 @@ def release_claim(*, order: DepositOrder, destination: str, memo_type: str,
             prepared = stellar.prepare_payment(
                 holder=order.transaction_id, destination=destination,
                 amount=order.amount_out, memo_type=memo_type, memo=memo)
-            release = DepositRelease.objects.create(
-                transaction_id=order.transaction_id, status=Status.SUBMITTING,
-                destination=destination, asset_code=settings.STELLAR_USDC_CODE,
-                asset_issuer=settings.STELLAR_USDC_ISSUER, amount=order.amount_out,
-                memo=memo, memo_type=memo_type, **prepared)
+            release = _create(order, Status.SUBMITTING, destination=destination,
+                              memo_type=memo_type, memo=memo, **prepared)
             _mark_claimed(order.transaction_id)
             return release
     except IntegrityError:
@@ -224,11 +221,9 @@ def release_adopt(*, order: DepositOrder, destination: str, memo_type: str,
     try:
         with transaction.atomic():
             _lock_payment_unrefunded(order.transaction_id)
-            release = DepositRelease.objects.create(
-                transaction_id=order.transaction_id, status=Status.SUBMITTED,
-                destination=destination, asset_code=settings.STELLAR_USDC_CODE,
-                asset_issuer=settings.STELLAR_USDC_ISSUER, amount=order.amount_out,
-                memo=memo, memo_type=memo_type, tx_hash=transfer.tx_hash,
+            release = _create(
+                order, Status.SUBMITTED, destination=destination, memo_type=memo_type,
+                memo=memo, tx_hash=transfer.tx_hash,
                 last_error=f"adopted from the chain: {transfer.tx_hash} landed with no "
                            "release recorded (a lost commit)")
             _book_released(release)
@@ -261,11 +256,9 @@ def release_rebuild(*, transaction_id: str) -> DepositRelease | None:
         return None
     try:
         with transaction.atomic():
-            release = DepositRelease.objects.create(
-                transaction_id=transaction_id, status=Status.COMPLETED,
-                destination=destination, asset_code=settings.STELLAR_USDC_CODE,
-                asset_issuer=settings.STELLAR_USDC_ISSUER, amount=order.amount_out,
-                memo=memo, memo_type=ap_tx.get("memo_type") or "none",
+            release = _create(
+                order, Status.COMPLETED, destination=destination,
+                memo_type=ap_tx.get("memo_type") or "none", memo=memo,
                 tx_hash=transfer.tx_hash,
                 last_error=f"rebuilt from AP and the chain: {transfer.tx_hash} (a lost "
                            "commit)")
@@ -288,6 +281,17 @@ def _lock_payment_unrefunded(transaction_id: str) -> None:
         raise ReleaseRefused(f"{transaction_id}: its INR is being refunded (anchor/refunds.py)")
 
 
+def _create(order: DepositOrder, status: str, *, destination: str, memo_type: str,
+            memo: str, **fields) -> DepositRelease:
+    """The deposit's one release row (unique ``transaction_id``: IntegrityError when it
+    exists), USDC of ``order.amount_out`` to ``destination`` under the memo, in
+    ``status``; ``fields`` the envelope or hash and the note."""
+    return DepositRelease.objects.create(
+        transaction_id=order.transaction_id, status=status, destination=destination,
+        asset_code=settings.STELLAR_USDC_CODE, asset_issuer=settings.STELLAR_USDC_ISSUER,
+        amount=order.amount_out, memo=memo, memo_type=memo_type, **fields)
+
+
 def _mark_claimed(transaction_id: str) -> None:
     """The payment now has its release (corridor/stranded.py reads this)."""
     DepositPayment.objects.live().filter(
@@ -300,11 +304,8 @@ def _claim_for_review(order: DepositOrder, destination: str, memo_type: str, mem
     try:
         with transaction.atomic():
             _lock_payment_unrefunded(order.transaction_id)
-            release = DepositRelease.objects.create(
-                transaction_id=order.transaction_id, status=Status.MANUAL_REVIEW,
-                destination=destination, asset_code=settings.STELLAR_USDC_CODE,
-                asset_issuer=settings.STELLAR_USDC_ISSUER, amount=order.amount_out,
-                memo=memo, memo_type=memo_type, last_error=reason)
+            release = _create(order, Status.MANUAL_REVIEW, destination=destination,
+                              memo_type=memo_type, memo=memo, last_error=reason)
             _mark_claimed(order.transaction_id)
             return release
     except IntegrityError:
