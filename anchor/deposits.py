@@ -185,18 +185,20 @@ def _order_by_receipt(transaction_id: str) -> dict | None:
 
 
 def order_rebuild(*, ap_tx: dict) -> DepositOrder | None:
-    """A deposit AP shows ``pending_user_transfer_start`` (it took our
-    request_offchain_funds, so our order was stored before) with no order in Corridor:
-    the order a failover lost with its last commits (issue 25 §2), while Razorpay kept
-    it and the customer may have paid it. Rebuilt from Razorpay's order (found by its
-    receipt, the transaction id) and the quote of its paise, which must equal the
-    amounts AP holds from our call; stored ``awaiting_payment`` with funds requested, so
-    the order reconciler records its payment. None when there is nothing to rebuild
-    (an order exists, Razorpay has none, the amounts disagree: a person's, logged).
-    Raises rzp.RazorpayError."""
+    """A deposit AP shows ``pending_user_transfer_start`` or ``expired`` with the
+    ``amount_in`` of our request_offchain_funds (so our order was stored before) with no
+    order in Corridor: the order a failover lost with its last commits (issue 25 §2),
+    while Razorpay kept it and the customer may have paid it. Rebuilt from Razorpay's
+    order (found by its receipt, the transaction id) and the quote of its paise, which
+    must equal the amounts AP holds from our call; stored ``awaiting_payment`` with funds
+    requested, so the order reconciler records its payment (a payment to an expired
+    deposit is then refunded: anchor/refunds.py ``refund_if_ap_expired``). None when
+    there is nothing to rebuild (an order exists, Razorpay has none, the amounts
+    disagree: a person's, logged). Raises rzp.RazorpayError."""
     transaction_id = ap_tx["id"]
-    if DepositOrder.objects.filter(transaction_id=transaction_id).exists() or \
-            not _funds_requested(ap_tx):
+    requested = _funds_requested(ap_tx) or (
+        ap_tx.get("status") == "expired" and bool((ap_tx.get("amount_in") or {}).get("amount")))
+    if not requested or DepositOrder.objects.filter(transaction_id=transaction_id).exists():
         return None
     found = _order_by_receipt(transaction_id)
     if found is None:

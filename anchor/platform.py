@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -111,27 +112,41 @@ def get_transaction(transaction_id: str) -> dict[str, Any] | None:
 
 
 def list_transactions(*, statuses: list[str], kind: str | None = None, sep: str = "24",
-                      page_size: int = 50, max_pages: int = 100) -> list[dict[str, Any]]:
+                      page_size: int = 50, max_pages: int = 100,
+                      started_after: datetime | None = None) -> list[dict[str, Any]]:
     """All transactions of ``sep`` (24 or 31) in ``statuses`` (``GET /transactions?sep=``), oldest
     first, paged by ``page_number``; the last page is the first shorter than
-    ``page_size`` (AP-4.3.0 AllTransactionsRepositoryImpl). Offset paging can repeat or
-    skip rows that change between pages: callers are idempotent and run again."""
+    ``page_size`` (AP-4.3.0 AllTransactionsRepositoryImpl). With ``started_after``,
+    only those AP started after that moment, newest first (``order=desc``; paging stops
+    at the first older record). Offset paging can repeat or skip rows that change
+    between pages: callers are idempotent and run again."""
     records: list[dict[str, Any]] = []
     with _client() as client:
         for page in range(max_pages):
             try:
                 response = client.get("/transactions", params={
                     "sep": sep, "statuses": ",".join(statuses), "order_by": "created_at",
-                    "order": "asc", "page_number": page, "page_size": page_size,
+                    "order": "asc" if started_after is None else "desc",
+                    "page_number": page, "page_size": page_size,
                 })
             except httpx.HTTPError as exc:
                 raise PlatformError(f"list_transactions: {type(exc).__name__}: {exc}") from exc
             _check(response)
-            batch = response.json().get("records", [])
+            page_records = response.json().get("records", [])
+            batch = page_records if started_after is None else \
+                [r for r in page_records if _started(r) > started_after]
             records.extend(r for r in batch if kind is None or r.get("kind") == kind)
-            if len(batch) < page_size:
+            if len(batch) < len(page_records) or len(page_records) < page_size:
                 break
     return records
+
+
+def _started(record: dict[str, Any]) -> datetime:
+    """A record's ``started_at`` (ISO 8601; AP writes ``Z``); the epoch when absent."""
+    value = record.get("started_at")
+    if not value:
+        return datetime.fromtimestamp(0, tz=UTC)
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def rpc_once(method: str, params: dict[str, Any],

@@ -129,7 +129,8 @@ def reconcile_orders() -> dict[str, int]:
     one on (AP notify, release); then ask Razorpay about open orders older than
     ORDER_RECONCILER_AGE_S and record their captured payments (a forged claim
     rejected first frees its order for the real payment in the same pass). Returns
-    counts by outcome: confirmed | rejected | unconfirmed, plus ``payment_record``'s."""
+    counts by outcome: confirmed | rejected | unconfirmed | refund_claimed (INR captured
+    after AP expired the deposit), plus ``payment_record``'s."""
     counts: dict[str, int] = {}
     counts.update(rebuild_lost_orders())
     open_orders = stale_orders()
@@ -159,14 +160,21 @@ def reconcile_orders() -> dict[str, int]:
 
 
 def rebuild_lost_orders() -> dict[str, int]:
-    """AP deposits waiting for the customer's INR (``pending_user_transfer_start``) with
-    no order in Corridor: a failover lost it (issue 25 §2). Each is rebuilt from
-    Razorpay and AP (``deposits.order_rebuild``); the order pass then records a payment
-    the customer made to it. Returns ``{"order_rebuilt": n}`` when any was."""
+    """AP deposits that took our ``request_offchain_funds`` with no order in Corridor: a
+    failover lost it (issue 25 §2). Those waiting for the customer's INR
+    (``pending_user_transfer_start``), and those AP expired in the last
+    DEPOSIT_ORDER_REBUILD_EXPIRED_S (the customer can still pay the order at Razorpay:
+    that INR must be found and refunded, chaos seed 1 with one burner). Each is rebuilt
+    from Razorpay and AP (``deposits.order_rebuild``); the order pass then records a
+    payment the customer made to it (for an expired one, the notify sweep refunds it).
+    Returns ``{"order_rebuilt": n}`` when any was."""
     if not settings.DEPOSIT_ORDER_REBUILD:
         return {}
     waiting = platform.list_transactions(statuses=["pending_user_transfer_start"],
                                          kind="deposit")
+    waiting += platform.list_transactions(
+        statuses=["expired"], kind="deposit", started_after=timezone.now() - timedelta(
+            seconds=settings.DEPOSIT_ORDER_REBUILD_EXPIRED_S))
     known = set(DepositOrder.objects.filter(
         transaction_id__in=[tx["id"] for tx in waiting]).values_list("transaction_id",
                                                                      flat=True))
@@ -208,8 +216,15 @@ def _confirm_and_drive(transaction_id: str) -> str:
         return "unconfirmed"
     try:
         deposits.funds_received(transaction_id=transaction_id)
+    except platform.RpcError as exc:
+        # INR captured after AP expired the deposit (a rebuilt order's, too): refunded
+        # now, as the task does (anchor/tasks.py); any other refusal is the notify sweep's.
+        if refunds.refund_if_ap_expired(transaction_id=transaction_id) is not None:
+            return "refund_claimed"
+        log.warning("order reconciler: %s confirmed, not released yet: %s",
+                    transaction_id, exc)
     except (releases.ReleaseRefused, deposits.PaymentRejected, deposits.PaymentUnconfirmed,
-            platform.PlatformError, platform.RpcError, stellar.HorizonUnavailable,
+            platform.PlatformError, stellar.HorizonUnavailable,
             stellar.NoChannelFree) as exc:
         log.warning("order reconciler: %s confirmed, not released yet: %s",
                     transaction_id, exc)

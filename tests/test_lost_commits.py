@@ -150,6 +150,55 @@ def test_a_deposit_order_lost_after_the_customer_paid_it_is_rebuilt_and_released
     assert_released_once(wallet, transaction_id)
 
 
+def test_a_late_deposit_whose_order_was_lost_is_rebuilt_and_its_inr_refunded_once(
+        clean_sandbox, settings):
+    """Chaos seed 1 with one burner (issue 25): the failover lost a deposit's order and
+    the payment webhook's inbox row; AP had expired the deposit and the customer paid
+    anyway. The rebuild looked at ``pending_user_transfer_start`` deposits only, so
+    the captured INR had no order, no payment row and no refund: stranded for ever."""
+    # given a deposit whose order Corridor stored and AP took, then expired
+    wallet = Wallet(clean_sandbox)
+    purge_broker()
+    transaction_id, url = wallet.start_deposit()
+    before = rewind.mark()
+    customer = Customer(clean_sandbox)
+    order_id = customer.submit_amount(url, "1000")
+    platform.rpc("notify_transaction_expired", {"transaction_id": transaction_id,
+                                                "message": "no payment in time"})
+
+    # when the failover loses the order, and the customer pays it at Razorpay anyway
+    lost = rewind.rewind(before)
+    assert lost["deposit_orders"] == 1
+    customer.pay(order_id)
+    purge_broker()  # no worker: the webhook found no order ("unknown_order")
+    assert not DepositPayment.objects.exists()
+
+    # then the order reconciler rebuilds the order from Razorpay and AP, records the
+    # payment, and the INR goes back once (AP expired: the refund is queued for a person)
+    settings.DEPOSIT_ORDER_REBUILD = True
+    assert reconciler.reconcile_orders().get("order_rebuilt", 0) >= 1
+    assert DepositOrder.objects.get(transaction_id=transaction_id).order_id == order_id
+
+    def refunded() -> DepositRefund | None:  # what beat runs, pass after pass
+        time.sleep(settings.ORDER_RECONCILER_AGE_S + 0.1)
+        reconciler.reconcile_orders()
+        reconciler.sweep_unnotified()
+        row = DepositRefund.objects.filter(transaction_id=transaction_id).first()
+        if row is not None:
+            row = deposit_refunds.refund_drive(refund_id=row.pk)
+        return row if row is not None and row.status in ("manual_review", "completed") \
+            else None
+
+    refund = wait_for(refunded, timeout=60, what="the captured INR refunded", explain=lambda: (
+        list(DepositOrder.objects.filter(transaction_id=transaction_id).values("status")),
+        list(DepositPayment.objects.filter(transaction_id=transaction_id).values(
+            "confirmation", "notify_attempts", "notify_error", "ap_notified_at"))))
+    assert (refund.trigger, refund.ap_status_at_claim) == ("expired", "expired")
+    made = _deposit_refunds_at_razorpay(clean_sandbox, transaction_id)
+    assert [r["id"] for r in made] == [refund.refund_id]
+    assert refund.provider_status == "processed"
+
+
 # --- the withdrawal-refund outbox ---------------------------------------------------------
 
 def _refunds_on_chain(wallet: Wallet) -> list[str]:

@@ -697,6 +697,11 @@ FAILOVER_IN_FLIGHT_WAIT_S = env.float("FAILOVER_IN_FLIGHT_WAIT_S", default=8.0)
 # test session's one sandbox keeps every earlier test's AP deposits, whose orders each
 # test's database flush removed, and the suite turns it off (tests/conftest.py).
 DEPOSIT_ORDER_REBUILD = True
+# How far back the order reconciler looks for deposits AP expired whose order a
+# failover lost (a customer can still pay a Razorpay order after the expiry; that INR
+# is found and refunded): AP deposits started in the last this many seconds.
+DEPOSIT_ORDER_REBUILD_EXPIRED_S = env.float("DEPOSIT_ORDER_REBUILD_EXPIRED_S",
+                                            default=7 * 86400.0)
 # Test-only switch (never from the environment): False turns the notify sweeper and
 # the receipt classifier off, which shows that they are what unstrands the money.
 STRANDED_SWEEPERS = True
