@@ -702,6 +702,11 @@ DEPOSIT_ORDER_REBUILD = True
 # is found and refunded): AP deposits started in the last this many seconds.
 DEPOSIT_ORDER_REBUILD_EXPIRED_S = env.float("DEPOSIT_ORDER_REBUILD_EXPIRED_S",
                                             default=7 * 86400.0)
+# ... and deposits AP completed within this many seconds (the USDC left while the
+# order, payment and release rows were lost: their booking is rebuilt; a failover loses
+# seconds of commits, so an hour covers a reconciler that was down for a while).
+DEPOSIT_ORDER_REBUILD_COMPLETED_S = env.float("DEPOSIT_ORDER_REBUILD_COMPLETED_S",
+                                              default=3600.0)
 # Test-only switch (never from the environment): False turns the notify sweeper and
 # the receipt classifier off, which shows that they are what unstrands the money.
 STRANDED_SWEEPERS = True
