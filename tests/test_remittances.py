@@ -1150,3 +1150,67 @@ def test_a_hub_payment_whose_commits_were_lost_is_not_paid_again(
     # and the hub's payment it found is booked with the stop: the hub's books equal its
     # chain while the saga waits for a person (the float funded above is not the books')
     assert_hub_matches_chain(hub_chain + D(AMOUNT))
+
+
+# --- USDC under a memo no saga owns (issue 25 §2: the saga's commits lost) -------------
+
+def hub_returns() -> list[Saga]:
+    """The ``hub_return`` sagas the late-money sweep started, driven as a worker would
+    (run_saga is not published in these tests), oldest first."""
+    for saga in Saga.objects.filter(kind="hub_return", status__in=Saga.OPEN_STATUSES):
+        engine.run(saga.pk, "driver", dispatch=False)
+    return list(Saga.objects.filter(kind="hub_return").order_by("id"))
+
+
+def remittance_lost_after_its_202(api) -> dict:
+    """A remittance whose creation a failover lost after ``POST /api/remittances``
+    answered 202 with the hub account and the memo (tests/rewind.py), while beat's
+    late-money sweep had been watching the hub."""
+    saga_beat_sweeps()  # beat was running: the hub's scan starts at its latest payment
+    before = rewind.mark()
+    remittance = create(api)
+    lost = rewind.rewind(before)
+    assert lost["sagas"] == 1
+    assert not Saga.objects.filter(reference=remittance["memo"]).exists()
+    return remittance
+
+
+@pytest.mark.parametrize("sweep", [True, False], ids=["sweep on", "sweep off"])
+def test_a_payment_under_a_remittance_whose_saga_a_failover_lost_is_returned_once(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings, sweep):
+    """The loaded campaign (seeds 2 and 3, one burner): a failover lost the commits that
+    created two remittances after their 202; the partner paid 10.25 and 12.25 USDC to
+    the hub under their memos, which no saga owned, and nothing ever booked or returned
+    them (``hub USDC on chain 142.0000000 != in the ledger 119.5000000``). Now the
+    late-money sweep books such a payment in suspense (``hub.unmatched``, keyed on its
+    hash) and returns it to its sender through the hub's outbox under a hash memo
+    naming it, once, however many sweeps see it. Sweep off (``chaos --protection-off
+    late_money``): the hub check catches the unbooked USDC."""
+    settings.LATE_MONEY_SWEEP = sweep
+    settings.HUB_UNMATCHED_GRACE_S = 1.0
+    remittance = remittance_lost_after_its_202(api)
+    paid = partner_pays(corridor_on_sandbox, remittance)  # as the 202 told it to
+
+    wait_for(lambda: saga_beat_sweeps() or any(s.status == S.COMPLETED for s in hub_returns())
+             or not sweep, timeout=30, what="the unmatched payment returned")
+    for _ in range(3):  # later sweeps see the same payment: nothing more
+        time.sleep(0.5)
+        saga_beat_sweeps()
+        hub_returns()
+
+    if not sweep:
+        assert hub_returns() == []
+        with pytest.raises(AssertionError, match="chain moved"):
+            assert_hub_matches_chain(hub_chain)
+        return
+    [saga] = hub_returns()
+    assert saga.status == S.COMPLETED, saga.error
+    assert saga.reference == f"unmatched:{paid}"
+    assert [t.amount for t in returns_of(paid, destination=partner_wallet["account"])] \
+        == [D(AMOUNT)]
+    assert transfers(remittance["memo"], source=hub.hub_address(),
+                     destination=partner_wallet["account"]) == []
+    assert kinds(saga.pk) == ["hub.unmatched", "hub.return"]
+    assert Entry.objects.get(kind="hub.unmatched").reference == paid
+    assert net(saga.pk) == {}
+    assert_hub_matches_chain(hub_chain)
