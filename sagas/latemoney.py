@@ -48,12 +48,14 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from anchor import stellar
@@ -179,10 +181,8 @@ def unmatched_check() -> list[str]:
                                         limit=settings.HUB_UNMATCHED_BATCH)
     incoming = [t for t in page if t.destination == address and t.source != address]
     memos = {t.memo for t in incoming}
-    sagas = dict(Saga.objects.filter(reference__in=memos)
-                 .values_list("reference", "stellar_cursor"))
-    refunds = set(HubPayment.objects.filter(memo__in=memos)
-                  .values_list("destination", "memo"))
+    sagas = dict(owning_sagas(memos))
+    refunds = set(refunded_hub_payments(memos))
     own = set(treasury_accounts())
     grace = timedelta(seconds=settings.HUB_UNMATCHED_GRACE_S)
     outcomes: list[str] = []
@@ -207,6 +207,20 @@ def unmatched_check() -> list[str]:
                         "AND (cursor = '' OR cursor::numeric < %s::numeric)",
                         [last, UNMATCHED_CURSOR, last])
     return outcomes
+
+
+def owning_sagas(memos: Iterable[str]) -> QuerySet:
+    """(reference, stellar_cursor) of the sagas whose reference is one of ``memos``.
+    Served by the unique ``sagas.reference``; registered in corridor/periodic.py."""
+    return Saga.objects.filter(reference__in=list(memos)).values_list("reference",
+                                                                      "stellar_cursor")
+
+
+def refunded_hub_payments(memos: Iterable[str]) -> QuerySet:
+    """(destination, memo) of the hub's payments under one of ``memos``: a payment to
+    the hub from that destination under that memo refunds or returns it. Served by
+    ``saga_hub_payments_memo_idx``; registered in corridor/periodic.py."""
+    return HubPayment.objects.filter(memo__in=list(memos)).values_list("destination", "memo")
 
 
 def _int(paging_token: str) -> int:

@@ -38,7 +38,7 @@ from ledger.services import Line
 from sagas import hub
 from sagas.legs import Booking, Leg, LegContext, LegOutcome, ManualReviewError, Pending, Plan
 from sagas.models import HubPayment
-from sagas.plans import register
+from sagas.plans import register, remittance
 
 KIND = "hub_return"
 USDC = "USDC"
@@ -123,8 +123,15 @@ class HubReturn(Leg):
             f"arrived at the hub for no saga, and the hub has since paid that amount with "
             f"no record of it (commits lost): " + ", ".join(
                 f"{t.tx_hash} to {t.destination} memo {t.memo}" for t in lost)
-            + "; the saga that owned this money may have moved it already: not returned, "
-              f"booked in {SUSPENSE}; a person returns it or matches it")
+            + "; the saga that owned this money may have funded an anchor with it: not "
+              f"returned, booked in {SUSPENSE}, each such payment booked as an anchor's "
+              "funding; a person returns it or matches it",
+            # As ``AnchorFund._check_no_lost_payment`` books it (same kind, lines and
+            # key): the hub's books equal its chain while a person decides, and a saga
+            # that finds the same payment later replays the entry.
+            bookings=[Booking("anchor.fund", [Line(HUB, USDC, -t.amount),
+                                              Line(remittance.ANCHOR, USDC, t.amount)],
+                              reference=t.tx_hash) for t in lost])
 
 
 def _returned(tx_hash: str, amount: Decimal, *, to: str, lost: bool = False) -> LegOutcome:
