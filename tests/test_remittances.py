@@ -1304,3 +1304,27 @@ def test_a_lost_remittance_that_had_funded_the_anchor_stops_for_a_person(
     assert Entry.objects.get(kind="hub.unmatched").reference == paid
     assert Entry.objects.get(kind="anchor.fund").reference == fund.tx_hash
     assert_hub_matches_chain(hub_chain)
+
+
+def test_usdc_under_a_memo_corridor_never_issued_is_booked_and_left_for_a_person(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings):
+    """USDC at the hub under a memo that is no remittance reference (an id memo: the
+    shape of an anchor's refund whose funding's record a failover lost, or a stranger's
+    payment) is not the partner's money by any rule Corridor can prove: it is booked in
+    suspense (the hub's books equal its chain) and its ``hub_return`` saga stops for a
+    person, paying nothing back."""
+    settings.HUB_UNMATCHED_GRACE_S = 1.0
+    saga_beat_sweeps()
+    paid = partner_pays(corridor_on_sandbox, {"hub_account": hub.hub_address(),
+                                              "amount": AMOUNT, "memo_type": "id",
+                                              "memo": "424242"})
+
+    wait_for(lambda: saga_beat_sweeps() or any(s.status == S.MANUAL_REVIEW
+                                               for s in hub_returns()),
+             timeout=30, what="the unmatched payment stopped for a person")
+
+    [saga] = hub_returns()
+    assert "no reference Corridor issued" in saga.error and paid in saga.error
+    assert returns_of(paid, destination=partner_wallet["account"]) == []
+    assert kinds(saga.pk) == ["hub.unmatched"]
+    assert_hub_matches_chain(hub_chain)

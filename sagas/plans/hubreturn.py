@@ -13,14 +13,19 @@ can only come after it). Legs::
 
     0 hub.unmatched  ledger only
                      hub.unmatched  USDC  hub +X   owed:hub-unmatched -X   (key: its hash)
-    1 hub.return     look for an unrecorded hub payment of X since the payment (a lost
-                     saga may have moved it already): its refund to the sender under the
-                     memo -> booked as the return, nothing paid; another one (an anchor
-                     funded?) -> ManualReviewError with the evidence (a person decides;
-                     the USDC stays booked in suspense); none -> commit the intent, pay
-                     X back to the sender under ``hub.return_memo(hash)`` (``hub.pay``:
-                     the look-up by that memo first, so a run that died between paying
-                     and booking never pays again)
+    1 hub.return     a memo that is no remittance reference (``remittances.is_reference``:
+                     an anchor's refund whose funding's record was lost, a stranger) ->
+                     ManualReviewError, the USDC left in suspense. Else look for an
+                     unrecorded hub payment of X since the payment (a lost saga may have
+                     moved it already): its refund to the sender under the memo ->
+                     booked as the return, nothing paid; another one (an anchor funded?)
+                     -> ManualReviewError with the evidence, that payment booked as
+                     ``anchor.fund`` (hub -X, anchor:anchor31 +X, key
+                     ``anchor.fund:<hash>``, as the remittance books it), the USDC left in
+                     suspense; none -> commit the intent, pay X back to the sender under
+                     ``hub.return_memo(hash)`` (``hub.pay``: the look-up by that memo
+                     first, so a run that died between paying and booking never pays
+                     again)
                      hub.return     USDC  owed:hub-unmatched +X   hub -X   (key: the
                      return's hash)
 
@@ -35,7 +40,7 @@ from typing import Any
 from anchor import stellar
 from ledger.models import Entry
 from ledger.services import Line
-from sagas import hub
+from sagas import hub, remittances
 from sagas.legs import Booking, Leg, LegContext, LegOutcome, ManualReviewError, Pending, Plan
 from sagas.models import HubPayment
 from sagas.plans import register, remittance
@@ -81,6 +86,15 @@ class HubReturn(Leg):
         payment = hub.Payment(destination=inp["from"], amount=amount, memo_type="hash",
                               memo=hub.return_memo(inp["hash"]))
         if ctx.intent is None:
+            if not remittances.is_reference(inp["memo_type"], inp["memo"]):
+                # Only a remittance reference is a memo Corridor told someone to pay
+                # under; anything else (an anchor's refund of a funding whose record a
+                # failover lost, a stranger's payment) is not returned blindly.
+                raise ManualReviewError(
+                    f"{amount} USDC from {inp['from']} under {inp['memo_type']} memo "
+                    f"{inp['memo']!r} ({inp['hash']}) arrived at the hub for no saga, under "
+                    f"no reference Corridor issued: booked in {SUSPENSE}, not returned; a "
+                    "person returns it or matches it (an anchor's refund?)")
             refunded = self._lost_movements(ctx, payment)
             if refunded is not None:
                 return refunded
