@@ -42,6 +42,9 @@ who paid twice, another sender) is booked as owed back, returned to its sender t
 the hub's outbox and the return booked, once (``excess_check``).
 Each candidate costs one Horizon read of the hub's payments after the saga's cursor;
 past LATE_MONEY_BATCH candidates a run reads the newest only.
+Last, money no saga owns (``unmatched_check``): one page of the hub's payments after a
+stored cursor; each USDC payment under a memo no saga (nor hub payment) owns starts one
+``hub_return`` saga (sagas/plans/hubreturn.py) that books it in suspense and returns it.
 """
 
 from __future__ import annotations
@@ -139,11 +142,13 @@ def sweep_late_money() -> dict[str, int]:
     except stellar.HorizonUnavailable as exc:
         log.warning("late money: the hub's payments could not be read: %s", exc)
         counts["unreadable"] = counts.get("unreadable", 0) + 1
-    if any(k not in ("skipped", "unchanged") for k in counts):
+    if any(k not in QUIET for k in counts):
         log.info("late money: %s", counts)
     return counts
 
 
+# Outcomes that change nothing: a run with only these logs nothing.
+QUIET = ("skipped", "unchanged", "owned", "outgoing", "treasury", "not_usdc")
 # Where the scan of the hub's payments for money no saga owns stopped (stellar_cursors).
 UNMATCHED_CURSOR = "sagas.hub-unmatched"
 
