@@ -222,13 +222,34 @@ def inbound_figures(sandbox, ids: list[str]) -> Figures:
     return out
 
 
-def saga_figures(ids: list[int]) -> Figures:
+def sagas_of(references: list[str]):
+    """The sagas that own remittances ``references`` (their memos): the remittance's
+    saga by reference, or, when a failover lost that saga after the API answered 202,
+    the ``hub_return`` saga of the partner's payment under that memo (issue 25 §2). By
+    reference, not id: a lost saga's id is issued again to the next remittance."""
+    from django.db.models import Q
+
+    from sagas.models import Saga
+
+    return Saga.objects.filter(Q(reference__in=references)
+                               | Q(kind="hub_return", input__memo__in=references))
+
+
+def saga_figures(references: list[str]) -> Figures:
+    """Sagas of remittances ``references`` (the memos the API answered): each final,
+    compensated in reverse order, no stale write. A reference with no saga at all is a
+    violation when the partner's USDC under it reached the hub (nothing owns that money);
+    lost before the partner paid, it is counted as ``sagas_lost_unpaid`` (nothing moved)."""
+    from anchor import stellar
+    from sagas import hub
     from sagas.models import Saga, SagaEvent
 
-    out = Figures(counts={"sagas": len(ids)})
+    out = Figures(counts={"sagas": len(references), "sagas_lost_unpaid": 0})
     for status in Saga.Status.values:
         out.counts[f"sagas_{status}"] = 0
-    for saga in Saga.objects.filter(pk__in=ids):
+    owned = set()
+    for saga in sagas_of(references):
+        owned.add(saga.input.get("memo") if saga.kind == "hub_return" else saga.reference)
         out.add(f"sagas_{saga.status}")
         if saga.status in Saga.OPEN_STATUSES:
             out.violations.append(f"saga {saga.pk} not final: {saga.status}")
@@ -239,9 +260,16 @@ def saga_figures(ids: list[int]) -> Figures:
         if any(a <= b for a, b in zip(order, order[1:], strict=False)):
             out.violations.append(f"saga {saga.pk} compensated out of order: {order}")
         out.violations.extend(f"saga {saga.pk} {v}" for v in stale_writes(saga.pk))
-    missing = len(ids) - Saga.objects.filter(pk__in=ids).count()
-    if missing:
-        out.violations.append(f"{missing} sagas missing")
+    lost = sorted(set(references) - owned)
+    address = hub.hub_address() if lost else ""
+    paid = {t.memo for t in stellar.find_transfers_by_reference(address, None)
+            if t.destination == address} if lost else set()
+    for reference in lost:
+        if reference in paid:
+            out.violations.append(f"remittance {reference}: its USDC reached the hub and "
+                                  "no saga owns it")
+        else:
+            out.add("sagas_lost_unpaid")
     return out
 
 

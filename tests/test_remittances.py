@@ -31,6 +31,7 @@ from stellar_sdk import Server, TransactionBuilder
 from stellar_sdk.client.requests_client import RequestsClient
 
 from anchor import stellar
+from corridor import invariants
 from ledger import services as ledger
 from ledger.models import Entry, Posting
 from sagas import anchor31, engine, hub, remittances
@@ -1198,11 +1199,16 @@ def test_a_payment_under_a_remittance_whose_saga_a_failover_lost_is_returned_onc
         saga_beat_sweeps()
         hub_returns()
 
+    # The campaign's saga check follows the remittance by its memo, not the lost id.
+    figures = invariants.saga_figures([remittance["memo"]])
     if not sweep:
         assert hub_returns() == []
         with pytest.raises(AssertionError, match="chain moved"):
             assert_hub_matches_chain(hub_chain)
+        assert figures.violations == [f"remittance {remittance['memo']}: its USDC reached "
+                                      "the hub and no saga owns it"]
         return
+    assert figures.violations == [] and figures.counts["sagas_completed"] == 1
     [saga] = hub_returns()
     assert saga.status == S.COMPLETED, saga.error
     assert saga.reference == f"unmatched:{paid}"

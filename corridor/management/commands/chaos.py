@@ -369,7 +369,7 @@ class _Campaign:
         self.wallet_faults = {}
         self.withdrawals: list[str] = []
         self.inbound: list[str] = []
-        self.sagas: list[int] = []
+        self.sagas: list[str] = []  # remittance references (memos), not saga ids
         self.driver_errors: list[str] = []
         on: dict[str, float] = {}  # fault -> when it was switched on
         pool = ThreadPoolExecutor(max_workers=8)
@@ -682,8 +682,8 @@ class _Campaign:
         created.raise_for_status()
         body = created.json()
         with self.lock:
-            if body["id"] not in self.sagas:
-                self.sagas.append(body["id"])
+            if body["memo"] not in self.sagas:  # ids are issued again after a failover
+                self.sagas.append(body["memo"])
 
         def landed() -> bool:
             reply = self.sandbox.http.get(f"/horizon/accounts/{body['hub_account']}"
@@ -834,7 +834,7 @@ class _Campaign:
             open_items.append(f"inbound {transaction_id}: AP {ap_status}, payout "
                               f"{payout and payout.status}, request "
                               f"{request and request.status}")
-        for saga in Saga.objects.filter(pk__in=self.sagas, status__in=Saga.OPEN_STATUSES):
+        for saga in invariants.sagas_of(self.sagas).filter(status__in=Saga.OPEN_STATUSES):
             open_items.append(f"saga {saga.pk}: {saga.status}")
         return open_items
 

@@ -305,16 +305,16 @@ class _Demo:
             sandbox.http.post("/anchor31/sandbox/partner/pay", json={
                 "destination": body["hub_account"], "amount": body["amount"],
                 "memo_type": body["memo_type"], "memo": body["memo"]}).raise_for_status()
-            return body["id"]
+            return body["memo"]
 
         with ThreadPoolExecutor(max_workers=5) as pool:
-            ids = list(pool.map(one, range(n)))
+            references = list(pool.map(one, range(n)))
         self.say(f"demo: {n} remittances funded by the partner; waiting for the sagas\n")
         deadline = time.monotonic() + self.timeout
-        while (Saga.objects.filter(pk__in=ids, status__in=Saga.OPEN_STATUSES).exists()
+        while (invariants.sagas_of(references).filter(status__in=Saga.OPEN_STATUSES).exists()
                and time.monotonic() < deadline):
             time.sleep(1)
-        sagas = invariants.saga_figures(ids)
+        sagas = invariants.saga_figures(references)
         books = invariants.books()
         self._report(sagas)
         self._report(books)
