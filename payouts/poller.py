@@ -8,6 +8,12 @@ observer missed, and hand verified withdrawals to the guard. Rows of ours still 
 (a payout ``processing``, a completed payout AP has not heard of) are resumed too, so
 a stale AP status never decides anything. Last, every USDC receipt is accounted for
 (``receipts.classify_receipts``): consumed by a payout, or raised for a refund.
+
+Rows a failover lost with its last commits (issue 25 §2) are rebuilt from AP and
+RazorpayX on the way: a request AP took (``withdrawals.request_rebuild``), and a payout
+AP shows started (``pending_external``, or ``completed`` within
+WITHDRAWAL_REBUILD_WINDOW_S: ``rebuild_completed``) from RazorpayX's payout under its
+reference (``guard.payout_rebuild``), never paid again.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from structlog.contextvars import bound_contextvars
 
 from anchor import platform, stellar
 from anchor import razorpay as rzp
-from payouts import books, guard, operations, receipts, receive
+from payouts import books, guard, operations, receipts, receive, withdrawals
 from payouts.models import PAYOUT_POLL_OPEN, WithdrawalPayout, WithdrawalRequest
 
 log = logging.getLogger(__name__)
@@ -58,6 +64,8 @@ def poll_withdrawals() -> dict[str, int]:
     for payout in open_payouts(seen=seen):
         guard.payout_resume(payout=payout)
         count("resumed")
+    for outcome, n in rebuild_completed().items():
+        counts[outcome] = counts.get(outcome, 0) + n
     for outcome, n in receipts.classify_receipts().items():
         if n:
             counts[f"receipts_{outcome}"] = n
@@ -65,6 +73,38 @@ def poll_withdrawals() -> dict[str, int]:
         if operations.late_receipt_refund(receipt_id=receipt.pk) is not None:
             count("late_refunded")
     return counts
+
+
+def rebuild_completed() -> dict[str, int]:
+    """AP withdrawals ``completed`` (so never in the poller's listing) and started
+    within WITHDRAWAL_REBUILD_WINDOW_S that have no payout here: a failover lost the
+    payout row after RazorpayX paid and AP was told (issue 25 §2), perhaps the request
+    too. The request is rebuilt from AP and RazorpayX when missing
+    (``withdrawals.request_rebuild``), then the payout from RazorpayX
+    (``guard.payout_rebuild``). One AP listing (newest first, stopping at the window),
+    one query for the payouts it names, and RazorpayX reads only for the ones missing.
+    Returns ``{"payout_rebuilt": n}`` when any was."""
+    if not settings.WITHDRAWAL_REQUEST_REBUILD:
+        return {}
+    since = timezone.now() - timedelta(seconds=settings.WITHDRAWAL_REBUILD_WINDOW_S)
+    done = platform.list_transactions(statuses=["completed"], kind="withdrawal",
+                                      started_after=since)
+    known = set(WithdrawalPayout.objects.filter(
+        transaction_id__in=[tx["id"] for tx in done]).values_list("transaction_id", flat=True))
+    rebuilt = 0
+    for ap_tx in done:
+        if ap_tx["id"] in known:
+            continue
+        with bound_contextvars(transaction_id=ap_tx["id"]):
+            try:
+                request = request_of(ap_tx["id"]).first() or \
+                    withdrawals.request_rebuild(ap_tx=ap_tx)
+                if request is not None and \
+                        guard.payout_rebuild(request=request, ap_tx=ap_tx) is not None:
+                    rebuilt += 1
+            except (rzp.RazorpayError, stellar.HorizonUnavailable) as exc:
+                log.warning("withdrawal %s: payout not rebuilt: %s", ap_tx["id"], exc)
+    return {"payout_rebuilt": rebuilt} if rebuilt else {}
 
 
 def open_payouts(*, seen=()):
@@ -116,10 +156,25 @@ def withdrawal_process(*, ap_tx: dict) -> str:
     with bound_contextvars(transaction_id=ap_tx["id"]):
         transaction_id = ap_tx["id"]
         request = request_of(transaction_id).first()
+        if request is None and settings.WITHDRAWAL_REQUEST_REBUILD:
+            try:  # a row a failover lost (issue 25 §2)
+                request = withdrawals.request_rebuild(ap_tx=ap_tx)
+            except rzp.RazorpayError as exc:
+                log.warning("withdrawal %s: request not rebuilt: %s", transaction_id, exc)
         if request is None or request.funds_requested_at is None:
             return "not_ours"
         if settings.PAYOUT_GUARD:
             payout = payout_of(transaction_id).first()
+            if payout is None and ap_tx.get("status") == "pending_external":
+                # AP says a payout was started and we hold none: a lost commit. Found at
+                # RazorpayX by reference; otherwise the claim below replays its key.
+                try:
+                    payout = guard.payout_rebuild(request=request, ap_tx=ap_tx)
+                except rzp.RazorpayError as exc:
+                    log.warning("withdrawal %s: payout not rebuilt: %s", transaction_id, exc)
+                    return "error"
+                if payout is not None:
+                    return f"payout_{payout.status}"
             if payout is not None:
                 guard.payout_resume(payout=payout)  # self-healing; never a second payout
                 return f"payout_{payout.status}"
