@@ -10,10 +10,11 @@ a stale AP status never decides anything. Last, every USDC receipt is accounted 
 (``receipts.classify_receipts``): consumed by a payout, or raised for a refund.
 
 Rows a failover lost with its last commits (issue 25 §2) are rebuilt from AP and
-RazorpayX on the way: a request AP took (``withdrawals.request_rebuild``), and a payout
-AP shows started (``pending_external``, or ``completed`` within
-WITHDRAWAL_REBUILD_WINDOW_S: ``rebuild_completed``) from RazorpayX's payout under its
-reference (``guard.payout_rebuild``), never paid again.
+RazorpayX on the way: a request AP took (``withdrawals.request_rebuild``; AP
+``refunded`` ones too, for the refund sweep), and a payout AP shows started
+(``pending_external``, or ``completed`` within WITHDRAWAL_REBUILD_WINDOW_S:
+``rebuild_completed``) from RazorpayX's payout under its reference
+(``guard.payout_rebuild``), never paid again.
 """
 
 from __future__ import annotations
@@ -76,35 +77,45 @@ def poll_withdrawals() -> dict[str, int]:
 
 
 def rebuild_completed() -> dict[str, int]:
-    """AP withdrawals ``completed`` (so never in the poller's listing) and started
-    within WITHDRAWAL_REBUILD_WINDOW_S that have no payout here: a failover lost the
-    payout row after RazorpayX paid and AP was told (issue 25 §2), perhaps the request
-    too. The request is rebuilt from AP and RazorpayX when missing
-    (``withdrawals.request_rebuild``), then the payout from RazorpayX
-    (``guard.payout_rebuild``). One AP listing (newest first, stopping at the window),
-    one query for the payouts it names, and RazorpayX reads only for the ones missing.
-    Returns ``{"payout_rebuilt": n}`` when any was."""
+    """AP withdrawals ``completed`` or ``refunded`` (so never in the poller's listing)
+    and started within WITHDRAWAL_REBUILD_WINDOW_S with rows lost by a failover (issue
+    25 §2). ``completed`` with no payout here: the payout row was lost after RazorpayX
+    paid and AP was told, perhaps the request too; the request is rebuilt from AP and
+    RazorpayX when missing (``withdrawals.request_rebuild``), then the payout from
+    RazorpayX (``guard.payout_rebuild``). ``refunded`` with no request: the request is
+    rebuilt in review, and the refund sweep rebuilds its refund from AP and the chain
+    (otherwise its receipt is an "unknown memo" an operator could send back twice). One
+    AP listing (newest first, stopping at the window), one query per kind of row it
+    names, and RazorpayX reads only for the ones missing. Returns
+    ``{"payout_rebuilt": n, "request_rebuilt": m}`` (the non-zero ones)."""
     if not settings.WITHDRAWAL_REQUEST_REBUILD:
         return {}
     since = timezone.now() - timedelta(seconds=settings.WITHDRAWAL_REBUILD_WINDOW_S)
-    done = platform.list_transactions(statuses=["completed"], kind="withdrawal",
+    done = platform.list_transactions(statuses=["completed", "refunded"], kind="withdrawal",
                                       started_after=since)
-    known = set(WithdrawalPayout.objects.filter(
-        transaction_id__in=[tx["id"] for tx in done]).values_list("transaction_id", flat=True))
-    rebuilt = 0
+    ids = [tx["id"] for tx in done]
+    paid = set(WithdrawalPayout.objects.filter(transaction_id__in=ids)
+               .values_list("transaction_id", flat=True))
+    requested = set(WithdrawalRequest.objects.filter(transaction_id__in=ids)
+                    .values_list("transaction_id", flat=True))
+    counts: dict[str, int] = {}
     for ap_tx in done:
-        if ap_tx["id"] in known:
+        tid, refunded = ap_tx["id"], ap_tx.get("status") == "refunded"
+        if tid in paid or (refunded and tid in requested):
             continue
-        with bound_contextvars(transaction_id=ap_tx["id"]):
+        with bound_contextvars(transaction_id=tid):
             try:
-                request = request_of(ap_tx["id"]).first() or \
-                    withdrawals.request_rebuild(ap_tx=ap_tx)
-                if request is not None and \
+                request = request_of(tid).first()
+                if request is None:
+                    request = withdrawals.request_rebuild(ap_tx=ap_tx)
+                    if request is not None:
+                        counts["request_rebuilt"] = counts.get("request_rebuilt", 0) + 1
+                if request is not None and not refunded and \
                         guard.payout_rebuild(request=request, ap_tx=ap_tx) is not None:
-                    rebuilt += 1
+                    counts["payout_rebuilt"] = counts.get("payout_rebuilt", 0) + 1
             except (rzp.RazorpayError, stellar.HorizonUnavailable) as exc:
-                log.warning("withdrawal %s: payout not rebuilt: %s", ap_tx["id"], exc)
-    return {"payout_rebuilt": rebuilt} if rebuilt else {}
+                log.warning("withdrawal %s: not rebuilt: %s", tid, exc)
+    return counts
 
 
 def open_payouts(*, seen=()):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import ROUND_DOWN, Decimal, InvalidOperation
 
 from django.conf import settings
@@ -252,12 +253,15 @@ def request_rebuild(*, ap_tx: dict) -> WithdrawalRequest | None:
       holds payouts under that reference, the fund account they paid. Exactly one, or
       nothing is rebuilt (a person's, logged).
 
-    Stored ``awaiting_funds`` with funds requested, so the poller verifies the receipts
-    and pays through the guard as usual (a payout RazorpayX already made is rebuilt, not
-    made again: ``guard.payout_rebuild`` and the derived attempt key). When a receipt
+    Stored ``awaiting_funds`` with funds requested (``created_at`` AP's ``started_at``),
+    so the poller verifies the receipts and pays through the guard as usual (a payout
+    RazorpayX already made is rebuilt, not made again: ``guard.payout_rebuild`` and the
+    derived attempt key). When a receipt
     under its memo was refunded on its own meanwhile (an operator sent the "unknown
     memo" USDC back), the request is stored ``manual_review`` instead: that USDC is no
-    longer ours to pay out. Returns the new request, or None (not a withdrawal of ours
+    longer ours to pay out; and ``manual_review`` when AP shows it ``refunded``, where
+    the refund sweep rebuilds its lost refund from AP and the chain
+    (``payouts.refunds.refund_rebuild``). Returns the new request, or None (not a withdrawal of ours
     to rebuild, a row exists, the amounts or the payee do not fit). Raises
     rzp.RazorpayError (asked again on the next pass)."""
     transaction_id = ap_tx["id"]
@@ -289,6 +293,10 @@ def request_rebuild(*, ap_tx: dict) -> WithdrawalRequest | None:
         status = WithdrawalRequest.Status.MANUAL_REVIEW
         reason = (f"rebuilt after a lost commit: its receipt {refunded.tx_hash} was refunded "
                   "on its own meanwhile (an unknown memo): not paid out, a person decides")
+    elif ap_tx.get("status") == "refunded":
+        status = WithdrawalRequest.Status.MANUAL_REVIEW
+        reason = ("rebuilt after a lost commit: AP shows it refunded (its refund is rebuilt "
+                  "from AP and the chain by the refund sweep)")
     with transaction.atomic():
         request, created = WithdrawalRequest.objects.get_or_create(
             transaction_id=transaction_id, defaults={
@@ -303,8 +311,13 @@ def request_rebuild(*, ap_tx: dict) -> WithdrawalRequest | None:
                 "destination": account, "memo": memo, "memo_type": memo_type,
                 "source_account": ap_tx.get("source_account") or "",
                 "funds_requested_at": timezone.now()})
+        # Its age as AP started it: a refund of its USDC is looked for on chain from
+        # then on (payouts/refunds.py ``refund_rebuild``), not from this rebuild.
+        WithdrawalRequest.objects.filter(pk=request.pk).update(
+            created_at=_started_at(ap_tx) or request.created_at)
     if not created:
         return None
+    request.refresh_from_db()
     log.warning("withdrawal %s: request rebuilt from AP and RazorpayX (%s, %s; a lost "
                 "commit)%s", transaction_id, payee.contact_id, payee.fund_account_id,
                 f": {reason}" if reason else "")
@@ -324,6 +337,12 @@ def _registered_payee(transaction_id: str):
                   ", ".join(b.fund_account_id for b in payees))
         return None
     return payees[0]
+
+
+def _started_at(ap_tx: dict) -> datetime | None:
+    """AP's ``started_at`` (ISO 8601, ``Z``), or None."""
+    value = ap_tx.get("started_at")
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
 
 def _ap_decimal(ap_tx: dict, name: str) -> Decimal:

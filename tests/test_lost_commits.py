@@ -529,3 +529,96 @@ def test_a_request_and_payout_lost_after_ap_completed_are_rebuilt_not_paid_again
                 what="receipt consumed")
     _assert_receipt_consumed(pay["memo"], transaction_id)
     _assert_books_once(transaction_id)
+
+
+def _lost_request_with_raised_receipt(sandbox, settings, amount: str = "10"):
+    """A withdrawal whose request a failover lost after AP took it; the wallet paid
+    ``amount`` USDC with the memo and the classifier raised the receipt ("unknown
+    memo"). Returns (wallet, transaction id, receipt)."""
+    settings.RECEIPT_GRACE_S = 0.3
+    wallet = Wallet(sandbox)
+    wallet.fund_usdc("100")
+    transaction_id, url = wallet.start_withdrawal()
+    before = rewind.mark()
+    pay = Customer(sandbox).submit_withdrawal(url, "10")
+    assert rewind.rewind(before)["withdrawal_requests"] == 1
+    wallet.pay(destination=pay["destination"], amount=amount, memo=pay["memo"])
+    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="AP observer")
+    time.sleep(settings.RECEIPT_GRACE_S + 0.1)
+    poller.poll_withdrawals()
+    receipt = StellarReceipt.objects.get(memo=pay["memo"])
+    assert receipt.review_reason.startswith("unknown memo"), receipt.review_reason
+    return wallet, transaction_id, receipt
+
+
+def test_a_lost_request_whose_receipt_an_operator_refunded_is_rebuilt_in_review_not_paid(
+        clean_sandbox, settings):
+    """The operator sent the "unknown memo" USDC back before the request was rebuilt:
+    the rebuilt request must not pay the INR too (its receipts still sum to its
+    amount_in, so the poller would verify and pay them)."""
+    # given a lost request whose raised receipt an operator refunded on chain
+    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
+    wallet, transaction_id, receipt = _lost_request_with_raised_receipt(clean_sandbox,
+                                                                        settings)
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    refund = operations.receipt_refund_on_chain(receipt_id=receipt.pk, operator=operator,
+                                                note="unknown memo: sent back")
+    assert refund.status == "completed", refund.last_error
+
+    # when the poller rebuilds the request from AP and RazorpayX
+    settings.WITHDRAWAL_REQUEST_REBUILD = True
+    request = _poll_until(lambda: WithdrawalRequest.objects.filter(
+        transaction_id=transaction_id).first(), what="request rebuilt")
+    for _ in range(5):
+        poller.poll_withdrawals()
+
+    # then it waits in review (the USDC went back once), and no INR is paid
+    request.refresh_from_db()
+    assert request.status == "manual_review" and "refunded" in request.review_reason
+    assert sandbox_payouts(clean_sandbox, transaction_id) == []
+    assert not WithdrawalPayout.objects.filter(transaction_id=transaction_id).exists()
+    assert _refunds_on_chain(wallet) == [refund.tx_hash]
+
+
+def test_a_refunded_withdrawal_whose_request_and_refund_were_lost_is_not_refunded_again(
+        clean_sandbox, settings):
+    """A short withdrawal refunded on chain (AP ``refunded``), then the failover lost its
+    request and its refund. AP's refunded withdrawals were never looked at: the receipt
+    was raised as "unknown memo", an operator's "refund on chain" away from sending the
+    USDC back a second time."""
+    # given a short withdrawal whose USDC an operator refunded (AP refunded)
+    settings.RECEIPT_GRACE_S = 0.3
+    wallet = Wallet(clean_sandbox)
+    wallet.fund_usdc("100")
+    transaction_id, url = wallet.start_withdrawal()
+    before = rewind.mark()
+    pay = Customer(clean_sandbox).submit_withdrawal(url, "10")
+    wallet.pay(destination=pay["destination"], amount="9.5", memo=pay["memo"])
+    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="AP observer")
+    request = _poll_until(lambda: WithdrawalRequest.objects.filter(
+        transaction_id=transaction_id, status="manual_review").first(),
+        what="short withdrawal in review")
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    done = operations.withdrawal_refund_on_chain(request_id=request.pk, operator=operator,
+                                                 note="short: sent back")
+    assert done.status == "completed" and ap(transaction_id)["status"] == "refunded"
+
+    # when the failover loses the request and the refund
+    lost = rewind.rewind(before)
+    assert lost["withdrawal_requests"] == 1 and lost["withdrawal_refunds"] == 1
+
+    # then the poller rebuilds the request (in review), the refund sweep its refund from
+    # AP and the chain, and the receipt is accounted for: nothing goes back twice
+    settings.WITHDRAWAL_REQUEST_REBUILD = True
+    request = _poll_until(lambda: WithdrawalRequest.objects.filter(
+        transaction_id=transaction_id).first(), what="request rebuilt")
+    assert request.status == "manual_review"
+    time.sleep(settings.REFUND_SWEEP_AGE_S + 0.1)
+    assert tasks.sweep_refunds().get("rebuilt") == 1
+    refund = _assert_refunded_once(wallet, request, settings)
+    assert refund.tx_hash == done.tx_hash
+    poller.poll_withdrawals()
+    receipt = StellarReceipt.objects.get(memo=pay["memo"])
+    assert receipt.settled_at is not None
+    assert not ReviewItem.objects.filter(kind="receipt", reference=receipt.tx_hash).exists()
+    assert sandbox_payouts(clean_sandbox, transaction_id) == []
