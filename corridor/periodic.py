@@ -193,6 +193,8 @@ def registry() -> dict[str, PeriodicQuery]:
           receipts.unsettled_treasury, runs_in="payouts.tasks.poll_withdrawals"),
         q("receipts.classify", SWEEP, "stellar_receipts", ("stellar_receipts_open_idx",),
           receipts.classifiable_receipts, runs_in="payouts.tasks.poll_withdrawals"),
+        q("receipts.rematch", SWEEP, "stellar_receipts", ("stellar_receipts_open_idx",),
+          receipts.raised_unknown, runs_in="payouts.tasks.poll_withdrawals"),
         q("refund_sweep", SWEEP, "withdrawal_refunds", ("withdrawal_refunds_open_idx",),
           refunds.stuck_refunds, runs_in="payouts.tasks.sweep_refunds"),
         q("deposit_refund_sweep", SWEEP, "deposit_refunds", ("deposit_refunds_open_idx",),
