@@ -91,8 +91,12 @@ def rebuild_completed() -> dict[str, int]:
     if not settings.WITHDRAWAL_REQUEST_REBUILD:
         return {}
     since = timezone.now() - timedelta(seconds=settings.WITHDRAWAL_REBUILD_WINDOW_S)
-    done = platform.list_transactions(statuses=["completed", "refunded"], kind="withdrawal",
-                                      started_after=since)
+    try:
+        done = platform.list_transactions(statuses=["completed", "refunded"],
+                                          kind="withdrawal", started_after=since)
+    except platform.PlatformError as exc:  # the rest of the pass goes on; the next looks
+        log.warning("rebuild: AP's completed withdrawals not listed: %s", exc)
+        return {}
     ids = [tx["id"] for tx in done]
     paid = set(WithdrawalPayout.objects.filter(transaction_id__in=ids)
                .values_list("transaction_id", flat=True))
