@@ -185,7 +185,7 @@ def _order_by_receipt(transaction_id: str) -> dict | None:
 
 
 def order_rebuild(*, ap_tx: dict) -> DepositOrder | None:
-    """A deposit AP shows ``pending_user_transfer_start`` or ``expired`` with the
+    """A deposit AP shows past ``incomplete`` (waiting, funded, expired, completed) with the
     ``amount_in`` of our request_offchain_funds (so our order was stored before) with no
     order in Corridor: the order a failover lost with its last commits (issue 25 §2),
     while Razorpay kept it and the customer may have paid it. Rebuilt from Razorpay's
@@ -197,7 +197,8 @@ def order_rebuild(*, ap_tx: dict) -> DepositOrder | None:
     disagree: a person's, logged). Raises rzp.RazorpayError."""
     transaction_id = ap_tx["id"]
     requested = _funds_requested(ap_tx) or (
-        ap_tx.get("status") == "expired" and bool((ap_tx.get("amount_in") or {}).get("amount")))
+        ap_tx.get("status") in ("expired", "completed")
+        and bool((ap_tx.get("amount_in") or {}).get("amount")))
     if not requested or DepositOrder.objects.filter(transaction_id=transaction_id).exists():
         return None
     found = _order_by_receipt(transaction_id)
@@ -216,6 +217,11 @@ def order_rebuild(*, ap_tx: dict) -> DepositOrder | None:
             found["amount"], "fee": q.fee, "amount_out": q.amount_out, "rate": q.rate,
             "funds_requested_at": timezone.now()})
     if created:
+        if found.get("created_at"):  # Razorpay's (whole seconds): the release found on
+            # chain must be "made after the order" (releases.landed_unrecorded)
+            DepositOrder.objects.filter(pk=order.pk).update(
+                created_at=datetime.fromtimestamp(int(found["created_at"]), tz=UTC))
+            order.refresh_from_db()
         log.warning("deposit order %s of %s rebuilt from Razorpay and AP (a lost commit)",
                     found["id"], transaction_id)
     return order if created else None

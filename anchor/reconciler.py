@@ -161,20 +161,29 @@ def reconcile_orders() -> dict[str, int]:
 
 def rebuild_lost_orders() -> dict[str, int]:
     """AP deposits that took our ``request_offchain_funds`` with no order in Corridor: a
-    failover lost it (issue 25 §2). Those waiting for the customer's INR
-    (``pending_user_transfer_start``), and those AP expired in the last
+    failover lost it (issue 25 §2), and with it, perhaps, the payment and the release.
+    Listed from AP: the live ones (``pending_user_transfer_start``, and
+    ``pending_anchor`` / ``pending_trust``, whose INR AP was told of: the AP sweep
+    releases nothing without a payment row), those AP expired in the last
     DEPOSIT_ORDER_REBUILD_EXPIRED_S (the customer can still pay the order at Razorpay:
-    that INR must be found and refunded, chaos seed 1 with one burner). Each is rebuilt
-    from Razorpay and AP (``deposits.order_rebuild``); the order pass then records a
-    payment the customer made to it (for an expired one, the notify sweep refunds it).
+    that INR must be found and refunded), and those AP completed in the last
+    DEPOSIT_ORDER_REBUILD_COMPLETED_S (the USDC left: its booking must be rebuilt). Each
+    is rebuilt from Razorpay and AP (``deposits.order_rebuild``); the order pass then
+    records the payment the customer made to it, and the release is found on chain
+    (``releases.release_claim`` / ``release_rebuild``) or the INR refunded (expired).
     Returns ``{"order_rebuilt": n}`` when any was."""
     if not settings.DEPOSIT_ORDER_REBUILD:
         return {}
-    waiting = platform.list_transactions(statuses=["pending_user_transfer_start"],
-                                         kind="deposit")
+    now = timezone.now()
+    waiting = platform.list_transactions(
+        statuses=["pending_user_transfer_start", "pending_anchor", "pending_trust"],
+        kind="deposit")
     waiting += platform.list_transactions(
-        statuses=["expired"], kind="deposit", started_after=timezone.now() - timedelta(
+        statuses=["expired"], kind="deposit", started_after=now - timedelta(
             seconds=settings.DEPOSIT_ORDER_REBUILD_EXPIRED_S))
+    waiting += platform.list_transactions(
+        statuses=["completed"], kind="deposit", started_after=now - timedelta(
+            seconds=settings.DEPOSIT_ORDER_REBUILD_COMPLETED_S))
     known = set(DepositOrder.objects.filter(
         transaction_id__in=[tx["id"] for tx in waiting]).values_list("transaction_id",
                                                                      flat=True))

@@ -562,6 +562,27 @@ def find_transfers_by_reference(account: str, reference: str | None, cursor: str
             or (record.get("transaction") or {}).get("memo", "") == reference)]
 
 
+def transfers_page(account: str, cursor: str, *, limit: int) -> tuple[list[Transfer], str]:
+    """One page of ``account``'s payments after paging token ``cursor``, oldest first:
+    (the successful ones, each with its ``paging_token``; the paging token of the last
+    record read, successful or not, ``cursor`` when there was none). ``limit``: at most
+    200 records (Horizon's page). An account Horizon never saw has none. Raises
+    HorizonUnavailable."""
+    transfers: list[Transfer] = []
+    try:
+        page = (server().payments().for_account(account).join("transactions")
+                .cursor(cursor).order(desc=False).limit(min(limit, 200)).call())
+    except sdk_errors.NotFoundError:
+        return transfers, cursor
+    except Exception as exc:  # the SDK raises several types for one outage
+        raise HorizonUnavailable(str(exc)) from exc
+    for record in page["_embedded"]["records"]:
+        cursor = record["paging_token"]
+        if _successful_payment(record):
+            transfers.append(_transfer(record))
+    return transfers, cursor
+
+
 def transfers_since(account: str, since: datetime, *, max_pages: int = 10) -> list[Transfer]:
     """Successful payments sent or received by ``account`` whose ledger closed at or
     after ``since`` (aware datetime), newest first, read from Horizon's

@@ -208,6 +208,16 @@ def registry() -> dict[str, PeriodicQuery]:
           also=("sagas_settled_idx",)),
         q("late_money.settled", SWEEP, "sagas", ("sagas_settled_idx",),
           latemoney.settled_sql, runs_in="sagas.tasks.sweep_late_money"),
+        # Per page of the hub's payments (sagas/latemoney.py unmatched_check): who owns
+        # each memo, a saga by its reference or a hub payment it refunds.
+        q("late_money.unmatched.saga", LOOKUP, "sagas",
+          ("sagas_reference_key", "sagas_reference_473fab47_like"),
+          lambda: latemoney.owning_sagas([SAMPLE_ID]),
+          runs_in="sagas.tasks.sweep_late_money"),
+        q("late_money.unmatched.hub_payment", LOOKUP, "saga_hub_payments",
+          ("saga_hub_payments_memo_idx",),
+          lambda: latemoney.refunded_hub_payments([SAMPLE_ID]),
+          runs_in="sagas.tasks.sweep_late_money"),
         q("inbound_drain", SWEEP, "inbound_events", ("inbound_events_waiting_idx",),
           inbox.waiting_events, runs_in="anchor.tasks.inbound_drain"),
         # A queue: folded deltas are deleted, so it never holds finished rows.

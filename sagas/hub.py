@@ -29,6 +29,7 @@ and pays anew, which is how the tests show the double payment the look-up preven
 
 from __future__ import annotations
 
+import base64
 import logging
 import time
 from collections.abc import Iterator
@@ -109,6 +110,15 @@ def unrecorded(*, destination: str, amount: Decimal, memo: str,
     recorded = set(HubPayment.objects.filter(tx_hash__in=[t.tx_hash for t in found])
                    .values_list("tx_hash", flat=True))
     return [t for t in found if t.tx_hash not in recorded]
+
+
+def return_memo(payment_hash: str) -> str:
+    """The memo of the hub's return of the payment ``payment_hash`` (hex): a ``hash``
+    memo carrying that hash, base64 as Horizon shows it. Not the saga's reference: the
+    engine's own refund to the partner goes under the reference to the same account,
+    often for the same amount, and each side's look-up (``hub.find``: memo, to,
+    amount) must never take the other's payment for its own."""
+    return base64.b64encode(bytes.fromhex(payment_hash)).decode()
 
 
 def pay(ctx: LegContext, payment: Payment, *, crash_name: str) -> str:

@@ -42,28 +42,35 @@ who paid twice, another sender) is booked as owed back, returned to its sender t
 the hub's outbox and the return booked, once (``excess_check``).
 Each candidate costs one Horizon read of the hub's payments after the saga's cursor;
 past LATE_MONEY_BATCH candidates a run reads the newest only.
+Last, money no saga owns (``unmatched_check``): one page of the hub's payments after a
+stored cursor; each USDC payment under a memo no saga (nor hub payment) owns starts one
+``hub_return`` saga (sagas/plans/hubreturn.py) that books it in suspense and returns it.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 import re
+from collections.abc import Iterable
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from anchor import stellar
 from ledger import services as ledger
 from ledger.models import Entry
 from ledger.services import Line
-from sagas import anchor31, hub, operations
+from payouts.models import ChainCursor
+from payouts.receipts import treasury_accounts
+from sagas import anchor31, engine, hub, operations
 from sagas.legs import LegContext, SagaInfo
-from sagas.models import Saga, SagaStep
-from sagas.plans import remittance
+from sagas.models import HubPayment, Saga, SagaStep
+from sagas.plans import hubreturn, remittance
 
 log = logging.getLogger(__name__)
 
@@ -129,9 +136,119 @@ def sweep_late_money() -> dict[str, int]:
                 log.exception("late money: saga %s could not be checked", saga_id)
                 outcome = "failed"
             counts[outcome] = counts.get(outcome, 0) + 1
-    if any(k not in ("skipped", "unchanged") for k in counts):
+    try:
+        for outcome in unmatched_check():
+            counts[outcome] = counts.get(outcome, 0) + 1
+    except stellar.HorizonUnavailable as exc:
+        log.warning("late money: the hub's payments could not be read: %s", exc)
+        counts["unreadable"] = counts.get("unreadable", 0) + 1
+    if any(k not in QUIET for k in counts):
         log.info("late money: %s", counts)
     return counts
+
+
+# Outcomes that change nothing: a run with only these logs nothing.
+QUIET = ("skipped", "unchanged", "owned", "outgoing", "treasury", "not_usdc")
+# Where the scan of the hub's payments for money no saga owns stopped (stellar_cursors).
+UNMATCHED_CURSOR = "sagas.hub-unmatched"
+
+
+def unmatched_check() -> list[str]:
+    """USDC that arrived at the hub under a memo no saga owns (issue 25 §2: a failover
+    lost the commits that created a remittance after its 202 had given the partner the
+    hub account and the memo, and the partner paid): each such payment starts one
+    ``hub_return`` saga (``sagas/plans/hubreturn.py``: booked in suspense in the commit
+    of its first leg, returned to its sender once through the hub's outbox), reference
+    ``unmatched:<hash>``, so a second sweep starts nothing.
+
+    Reads one page (HUB_UNMATCHED_BATCH, at most 200) of the hub's payments after the
+    scan's cursor (``stellar_cursors`` row ``UNMATCHED_CURSOR``; made at the hub's
+    latest payment on the first run), oldest first, after Horizon's history height. A
+    USDC payment to the hub from outside Corridor (not ``treasury_accounts``) is owned
+    when its memo is the reference of a saga whose cursor precedes it (``bridge.fill``
+    and the late-money checks read after that cursor: one whose cursor follows it never
+    sees it) or when its sender and memo are those of a hub payment (an anchor's refund
+    of its funding, a partner's of a return). A payment is judged only once the
+    history reaches HUB_UNMATCHED_GRACE_S past it (a saga's envelope whose row a
+    failover lost can still land until its max_time: the return leg must see it); the
+    cursor stops before the first that is not, and moves forward only (a conditional
+    UPDATE). Returns the outcome per payment read: ``started``, ``owned``, ``treasury``,
+    ``not_usdc``, ``outgoing``. Raises stellar.HorizonUnavailable (nothing moved)."""
+    address = hub.hub_address()
+    state = ChainCursor.objects.filter(account=UNMATCHED_CURSOR).first()
+    if state is None:
+        state, _ = ChainCursor.objects.get_or_create(
+            account=UNMATCHED_CURSOR,
+            defaults={"cursor": stellar.latest_payment_cursor(address) or "0"})
+        return []
+    _, history = stellar.history_height()
+    page, last = stellar.transfers_page(address, state.cursor,
+                                        limit=settings.HUB_UNMATCHED_BATCH)
+    incoming = [t for t in page if t.destination == address and t.source != address]
+    memos = {t.memo for t in incoming}
+    sagas = dict(owning_sagas(memos))
+    refunds = set(refunded_hub_payments(memos))
+    own = set(treasury_accounts())
+    grace = timedelta(seconds=settings.HUB_UNMATCHED_GRACE_S)
+    outcomes: list[str] = []
+    for transfer in page:
+        if transfer not in incoming:
+            outcomes.append("outgoing")
+        elif history < datetime.fromisoformat(transfer.created_at) + grace:
+            last = _before(page, transfer, state.cursor)
+            break
+        elif transfer.source in own:
+            outcomes.append("treasury")
+        elif transfer.asset != stellar.usdc_asset_id():
+            outcomes.append("not_usdc")
+        elif (transfer.memo in sagas and _int(sagas[transfer.memo])
+              < _int(transfer.paging_token)) or (transfer.source, transfer.memo) in refunds:
+            outcomes.append("owned")
+        else:
+            outcomes.append(_start_return(transfer))
+    if last and last != state.cursor:
+        with connection.cursor() as cur:
+            cur.execute("UPDATE stellar_cursors SET cursor = %s WHERE account = %s "
+                        "AND (cursor = '' OR cursor::numeric < %s::numeric)",
+                        [last, UNMATCHED_CURSOR, last])
+    return outcomes
+
+
+def owning_sagas(memos: Iterable[str]) -> QuerySet:
+    """(reference, stellar_cursor) of the sagas whose reference is one of ``memos``.
+    Served by the unique ``sagas.reference``; registered in corridor/periodic.py."""
+    return Saga.objects.filter(reference__in=list(memos)).values_list("reference",
+                                                                      "stellar_cursor")
+
+
+def refunded_hub_payments(memos: Iterable[str]) -> QuerySet:
+    """(destination, memo) of the hub's payments under one of ``memos``: a payment to
+    the hub from that destination under that memo refunds or returns it. Served by
+    ``saga_hub_payments_memo_idx``; registered in corridor/periodic.py."""
+    return HubPayment.objects.filter(memo__in=list(memos)).values_list("destination", "memo")
+
+
+def _int(paging_token: str) -> int:
+    return int(paging_token or 0)
+
+
+def _before(page: list[stellar.Transfer], transfer: stellar.Transfer, cursor: str) -> str:
+    """The paging token just before ``transfer`` in ``page`` (``cursor`` if first)."""
+    index = page.index(transfer)
+    return page[index - 1].paging_token if index else cursor
+
+
+def _start_return(transfer: stellar.Transfer) -> str:
+    log.warning("late money: %s USDC from %s under memo %r (%s) arrived at the hub for no "
+                "saga: returning it", transfer.amount, transfer.source, transfer.memo,
+                transfer.tx_hash)
+    engine.start(kind=hubreturn.KIND, reference=hubreturn.reference_for(transfer.tx_hash),
+                 input={"hash": transfer.tx_hash, "from": transfer.source,
+                        "amount": format(transfer.amount, "f"), "asset": transfer.asset,
+                        "memo_type": transfer.memo_type, "memo": transfer.memo,
+                        "at": transfer.created_at},
+                 stellar_cursor=transfer.paging_token)
+    return "started"
 
 
 def late_funding_check(*, saga_id: int) -> str:
@@ -188,22 +305,13 @@ def late_funding_check(*, saga_id: int) -> str:
     return "review" if moved else "skipped"
 
 
-def return_memo(payment_hash: str) -> str:
-    """The memo of the hub's return of the payment ``payment_hash`` (hex): a ``hash``
-    memo carrying that hash, base64 as Horizon shows it. Not the saga's reference: the
-    engine's own refund to the partner goes under the reference to the same account,
-    often for the same amount, and each side's look-up (``hub.find``: memo, to,
-    amount) must never take the other's payment for its own."""
-    return base64.b64encode(bytes.fromhex(payment_hash)).decode()
-
-
 def excess_check(*, saga_id: int) -> str:
     """A settled remittance whose ``bridge.fill`` was booked: every other payment to the
     hub under its reference (a partner's retry, another sender or amount) is excess.
     Each USDC one is booked (``remittance.excess``: hub +X, EXCESS -X, keyed on its
     hash) with an ``auto.excess`` audit row in one transaction
     (``operations.saga_book_late_money``), returned to its sender through the hub's
-    outbox (``hub.pay``, key ``{saga_id}:excess:{hash}``, memo ``return_memo``: the
+    outbox (``hub.pay``, key ``{saga_id}:excess:{hash}``, memo ``hub.return_memo``: the
     look-up by that memo first, so a run that died between paying and booking never
     pays again), and the return booked under its own hash
     (``remittance.excess_return``: EXCESS +X, hub -X, with ``auto.excess_returned``).
@@ -257,7 +365,7 @@ def _return_excess(saga: Saga, transfer: stellar.Transfer) -> str:
         idx=0, leg="remittance.excess", idempotency_key=f"{saga.id}:excess:{payment_hash}",
         outputs=[], attempt=1, intent=None, worker=ACTOR)
     payment = hub.Payment(destination=transfer.source, amount=amount, memo_type="hash",
-                          memo=return_memo(payment_hash))
+                          memo=hub.return_memo(payment_hash))
     try:
         tx_hash = hub.pay(ctx, payment, crash_name="remittance.excess_return.paid")
     except (hub.HubBusy, hub.HubPaymentUnknown) as exc:

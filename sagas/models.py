@@ -172,6 +172,11 @@ class HubPayment(models.Model):
 
     class Meta:
         db_table = "saga_hub_payments"
+        indexes = [
+            # The unmatched-money scan asks which hub payment a payment to the hub
+            # under a memo refunds (sagas/latemoney.py ``unmatched_check``).
+            models.Index(fields=["memo"], name="saga_hub_payments_memo_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"hub payment {self.key} {self.tx_hash}"

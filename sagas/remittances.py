@@ -93,6 +93,13 @@ def reference_for(partner: Partner, idempotency_key: str) -> str:
     return "CR" + base64.b32encode(digest).decode()[:18]
 
 
+def is_reference(memo_type: str, memo: str) -> bool:
+    """Whether a payment's memo has the shape of a remittance reference Corridor issues
+    (``reference_for``: a text memo ``CR`` + 18 base32 characters)."""
+    return (memo_type == MEMO_TYPE and len(memo) == 20 and memo.startswith("CR")
+            and all(c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567" for c in memo[2:]))
+
+
 def _request_hash(order: dict[str, Any]) -> str:
     canonical = json.dumps(order, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()

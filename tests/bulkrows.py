@@ -17,7 +17,7 @@ from __future__ import annotations
 
 TABLES = ("deposit_releases", "deposit_payments", "deposit_orders", "interactive_submissions",
           "withdrawal_requests", "withdrawal_payouts", "withdrawal_refunds", "stellar_receipts",
-          "sagas", "inbound_events", "customers", "deposit_refunds")
+          "sagas", "inbound_events", "customers", "deposit_refunds", "saga_hub_payments")
 
 # %(n)s rows numbered i = 1..n; %(tag)s keeps keys unique across loads; %(ts)s the age
 # of the rows (terminal rows: long finished; open rows: stuck past every sweep's cutoff).
@@ -83,6 +83,13 @@ _TERMINAL = [
         stellar_cursor, error, created_at, updated_at)
     SELECT 'remittance', 'sg-' || %(tag)s || '-' || i, 'completed', '{{}}'::jsonb, '', 1, 0,
         '', '', {_TS}, {_TS} {_ROWS}""",
+    # One hub payment per finished saga (its anchor's funding, an id memo).
+    f"""INSERT INTO saga_hub_payments (key, saga_id, destination, amount, memo_type, memo,
+        sequence, max_time, envelope_xdr, tx_hash, rebuilds, last_result, created_at,
+        updated_at)
+    SELECT s.id || ':2', s.id, 'GANCHOR', 10, 'id', %(tag)s || i, i, 0, '',
+        md5('hp' || %(tag)s || i), 0, '', {_TS}, {_TS}
+    {_ROWS} JOIN sagas s ON s.reference = 'sg-' || %(tag)s || '-' || i""",
     f"""INSERT INTO inbound_events (source, event_id, event_type, received_at, outcome,
         reason, follow_ups, processed_at)
     SELECT 'ap', 'ev-' || %(tag)s || '-' || i, 'transaction_status_changed', {_TS},

@@ -270,6 +270,35 @@ def test_a_stale_read_after_a_lost_notify_answer_is_not_ap_refusing_it(clean_san
     assert_released_once(wallet, transaction_id)
 
 
+@pytest.mark.parametrize("contradiction_check", [True, False])
+def test_a_lost_notify_answer_behind_lagging_reads_completes_the_release(
+        clean_sandbox, settings, contradiction_check):
+    """The same, from the sandbox's own fault (``ap.rpc_answer_lost``: AP applies the
+    notify, its answer is lost, the next reads lag behind it), as ``make chaos`` meets
+    it. With the contradiction check off (``--protection-off notify_contradiction``)
+    the paid deposit goes to manual_review: the check is what keeps it out."""
+    settings.RELEASE_NOTIFY_CONTRADICTION = contradiction_check
+    wallet = Wallet(clean_sandbox)
+    transaction_id = paid_deposit(clean_sandbox, wallet)
+    clean_sandbox.fault("ap.rpc_answer_lost", times=1)  # the next 3 reads lag
+
+    first = releases.release_start(transaction_id=transaction_id)
+    if first.status == "submitting":  # a loaded machine: the submit's answer came late
+        first = wait_for(lambda: (lambda r: r if r.status != "submitting" else None)(
+            releases.release_drive(release_id=first.pk, redrive=True)), timeout=30,
+            what="the payment landed")
+    assert first.status == "submitted", first.last_error
+    again = releases.release_drive(release_id=first.pk, redrive=True)
+
+    if not contradiction_check:
+        assert again.status == "manual_review"
+        assert "AP refused notify_onchain_funds_sent" in again.last_error
+        return
+    assert again.status != "manual_review", again.last_error
+    assert settle(transaction_id).status == "completed"
+    assert_released_once(wallet, transaction_id)
+
+
 def test_a_concurrent_start_that_read_a_lagging_horizon_does_not_strand_the_release(
         clean_sandbox):
     """Found by ``make chaos`` (seed 8, under load): two starts of one deposit (the

@@ -206,6 +206,49 @@ def test_a_late_deposit_whose_order_was_lost_is_rebuilt_and_its_inr_refunded_onc
     assert refund.provider_status == "processed"
 
 
+@pytest.mark.parametrize("released", [False, True])
+def test_a_deposit_whose_order_and_payment_were_lost_after_ap_took_the_funds_pays_once(
+        clean_sandbox, settings, released):
+    """Chaos (late_money switch run, seed 1): the failover lost a deposit's order and
+    payment after AP was told the INR arrived (``pending_anchor``), and (``released``)
+    after the USDC left and AP completed. The rebuild looked at deposits waiting for the
+    customer only: the AP sweep skipped it for want of a payment row ("AP's status alone
+    never releases anything"), the USDC on chain was a stray payment and the books never
+    held the deposit. Now the order is rebuilt from Razorpay and AP, its payment recorded
+    from Razorpay, and the release found on chain: one USDC payment, booked."""
+    wallet = Wallet(clean_sandbox)
+    before = rewind.mark()
+    transaction_id = paid_deposit(clean_sandbox, wallet)  # AP pending_anchor
+    if released:
+        assert settle(transaction_id).status == "completed"
+        assert ap(transaction_id)["status"] == "completed"
+
+    lost = rewind.rewind(before)
+    assert (lost["deposit_orders"], lost["deposit_payments"]) == (1, 1)
+    purge_broker()
+
+    settings.DEPOSIT_ORDER_REBUILD = True
+
+    def released_once() -> bool:  # what beat runs, pass after pass
+        time.sleep(max(settings.ORDER_RECONCILER_AGE_S, settings.RECONCILER_AGE_S) + 0.1)
+        reconciler.reconcile_orders()
+        reconciler.sweep_ap_deposits()
+        reconciler.reconcile_releases()
+        return DepositRelease.objects.filter(transaction_id=transaction_id,
+                                             status="completed").exists()
+
+    wait_for(released_once, timeout=60, what="the deposit released (found) once",
+             explain=lambda: (
+                 list(DepositOrder.objects.filter(transaction_id=transaction_id)
+                      .values("status")),
+                 list(DepositPayment.objects.filter(transaction_id=transaction_id)
+                      .values("confirmation", "ap_notified_at", "release_claimed_at")),
+                 list(DepositRelease.objects.filter(transaction_id=transaction_id)
+                      .values("status", "last_error")), ap(transaction_id)["status"]))
+    assert_released_once(wallet, transaction_id)
+    assert Entry.objects.filter(idempotency_key=f"deposit:{transaction_id}:released").exists()
+
+
 # --- the withdrawal-refund outbox ---------------------------------------------------------
 
 def _refunds_on_chain(wallet: Wallet) -> list[str]:

@@ -1150,3 +1150,181 @@ def test_a_hub_payment_whose_commits_were_lost_is_not_paid_again(
     # and the hub's payment it found is booked with the stop: the hub's books equal its
     # chain while the saga waits for a person (the float funded above is not the books')
     assert_hub_matches_chain(hub_chain + D(AMOUNT))
+
+
+# --- USDC under a memo no saga owns (issue 25 §2: the saga's commits lost) -------------
+
+def hub_returns() -> list[Saga]:
+    """The ``hub_return`` sagas the late-money sweep started, driven as a worker would
+    (run_saga is not published in these tests), oldest first."""
+    for saga in Saga.objects.filter(kind="hub_return", status__in=Saga.OPEN_STATUSES):
+        engine.run(saga.pk, "driver", dispatch=False)
+    return list(Saga.objects.filter(kind="hub_return").order_by("id"))
+
+
+def remittance_lost_after_its_202(api) -> dict:
+    """A remittance whose creation a failover lost after ``POST /api/remittances``
+    answered 202 with the hub account and the memo (tests/rewind.py), while beat's
+    late-money sweep had been watching the hub."""
+    saga_beat_sweeps()  # beat was running: the hub's scan starts at its latest payment
+    before = rewind.mark()
+    remittance = create(api)
+    lost = rewind.rewind(before)
+    assert lost["sagas"] == 1
+    assert not Saga.objects.filter(reference=remittance["memo"]).exists()
+    return remittance
+
+
+@pytest.mark.parametrize("sweep", [True, False], ids=["sweep on", "sweep off"])
+def test_a_payment_under_a_remittance_whose_saga_a_failover_lost_is_returned_once(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings, sweep):
+    """The loaded campaign (seeds 2 and 3, one burner): a failover lost the commits that
+    created two remittances after their 202; the partner paid 10.25 and 12.25 USDC to
+    the hub under their memos, which no saga owned, and nothing ever booked or returned
+    them (``hub USDC on chain 142.0000000 != in the ledger 119.5000000``). Now the
+    late-money sweep books such a payment in suspense (``hub.unmatched``, keyed on its
+    hash) and returns it to its sender through the hub's outbox under a hash memo
+    naming it, once, however many sweeps see it. Sweep off (``chaos --protection-off
+    late_money``): the hub check catches the unbooked USDC."""
+    settings.LATE_MONEY_SWEEP = sweep
+    settings.HUB_UNMATCHED_GRACE_S = 1.0
+    remittance = remittance_lost_after_its_202(api)
+    paid = partner_pays(corridor_on_sandbox, remittance)  # as the 202 told it to
+
+    wait_for(lambda: saga_beat_sweeps() or any(s.status == S.COMPLETED for s in hub_returns())
+             or not sweep, timeout=30, what="the unmatched payment returned")
+    for _ in range(3):  # later sweeps see the same payment: nothing more
+        time.sleep(0.5)
+        saga_beat_sweeps()
+        hub_returns()
+
+    if not sweep:
+        assert hub_returns() == []
+        with pytest.raises(AssertionError, match="chain moved"):
+            assert_hub_matches_chain(hub_chain)
+        return
+    [saga] = hub_returns()
+    assert saga.status == S.COMPLETED, saga.error
+    assert saga.reference == f"unmatched:{paid}"
+    assert [t.amount for t in returns_of(paid, destination=partner_wallet["account"])] \
+        == [D(AMOUNT)]
+    assert transfers(remittance["memo"], source=hub.hub_address(),
+                     destination=partner_wallet["account"]) == []
+    assert kinds(saga.pk) == ["hub.unmatched", "hub.return"]
+    assert Entry.objects.get(kind="hub.unmatched").reference == paid
+    assert net(saga.pk) == {}
+    assert_hub_matches_chain(hub_chain)
+
+
+@pytest.mark.parametrize("lookup", [True, False], ids=["look-up on", "look-up off"])
+def test_a_lost_remittance_that_had_refunded_its_partner_is_not_returned_twice(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings, monkeypatch, lookup):
+    """The saga's commits lost after it had moved the money: the anchor refused, the
+    compensation refunded the partner under the reference, then a failover lost every
+    commit since the remittance was created (saga, hub payment row, bookings). The
+    partner's payment under the memo is unowned, and its return is already on chain:
+    the return leg finds the hub's unrecorded refund to the sender and books it as the
+    return, paying nothing. Look-up off (the unrecorded-payment check skipped): the
+    partner is paid twice, and the hub check catches it."""
+    from sagas.plans.hubreturn import HubReturn
+
+    settings.HUB_UNMATCHED_GRACE_S = 1.0
+    float_usdc = D(0)
+    if not lookup:
+        monkeypatch.setattr(HubReturn, "_lost_movements", staticmethod(lambda ctx, p: None))
+        float_usdc = D("100")  # a float on the hub, so that a second return can happen
+        corridor_on_sandbox.http.post("/horizon/sandbox/fund", json={
+            "account": hub.hub_address(), "amount": str(float_usdc)}).raise_for_status()
+    corridor_on_sandbox.fault("anchor31.reject_before_funding", times=1)
+    rejected_first(monkeypatch)
+    saga_beat_sweeps()
+    before = rewind.mark()
+    remittance = create(api)
+    paid = partner_pays(corridor_on_sandbox, remittance)
+    ends(remittance["id"], S.COMPENSATED)
+    [refund] = transfers(remittance["memo"], source=hub.hub_address(),
+                         destination=partner_wallet["account"])
+    assert rewind.rewind(before)["sagas"] == 1
+
+    wait_for(lambda: saga_beat_sweeps() or any(s.status == S.COMPLETED for s in hub_returns()),
+             timeout=30, what="the unmatched payment settled")
+    for _ in range(3):
+        time.sleep(0.5)
+        saga_beat_sweeps()
+        hub_returns()
+
+    again = returns_of(paid, destination=partner_wallet["account"])
+    if not lookup:
+        assert [t.amount for t in again] == [D(AMOUNT)]  # paid back a second time
+        with pytest.raises(AssertionError, match="chain moved"):
+            assert_hub_matches_chain(hub_chain + float_usdc)
+        return
+    [saga] = hub_returns()
+    assert saga.status == S.COMPLETED, saga.error
+    assert again == []
+    assert Entry.objects.get(kind="hub.return").reference == refund.tx_hash
+    assert Entry.objects.get(kind="hub.unmatched").reference == paid
+    assert net(saga.pk) == {}
+    assert_hub_matches_chain(hub_chain)
+
+
+def test_a_lost_remittance_that_had_funded_the_anchor_stops_for_a_person(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings):
+    """The saga's commits lost after its run paid the receiving anchor from the hub
+    (SIGKILLed right after, then every commit since the remittance's creation lost):
+    returning the partner's payment could pay twice (the anchor may pay the
+    beneficiary). The return leg finds the hub's unrecorded payment of that amount and
+    stops for a person with the evidence, paying nothing; the partner's payment stays
+    booked in suspense and the hub's payment is booked as the anchor's funding, so the
+    hub's books equal its chain while the person decides."""
+    settings.HUB_UNMATCHED_GRACE_S = 1.0
+    saga_beat_sweeps()
+    before = rewind.mark()
+    remittance = create(api)
+    paid = partner_pays(corridor_on_sandbox, remittance)
+    killed = run_manage("run_saga", str(remittance["id"]), "--worker", "victim",
+                        crash_at="remittance.anchor_fund.paid")
+    assert killed.returncode == -9, killed.stdout + killed.stderr[-3000:]
+    funded = fund_intent(remittance["id"])
+    [fund] = transfers(funded["memo"], source=hub.hub_address(), destination=funded["account"])
+    assert rewind.rewind(before)["saga_hub_payments"] == 1
+
+    wait_for(lambda: saga_beat_sweeps() or any(s.status == S.MANUAL_REVIEW
+                                               for s in hub_returns()),
+             timeout=30, what="the unmatched payment stopped for a person")
+    for _ in range(3):
+        time.sleep(0.5)
+        saga_beat_sweeps()
+        hub_returns()
+
+    [saga] = hub_returns()
+    assert saga.status == S.MANUAL_REVIEW
+    assert fund.tx_hash in saga.error and "may have funded an anchor" in saga.error
+    assert returns_of(paid, destination=partner_wallet["account"]) == []
+    assert Entry.objects.get(kind="hub.unmatched").reference == paid
+    assert Entry.objects.get(kind="anchor.fund").reference == fund.tx_hash
+    assert_hub_matches_chain(hub_chain)
+
+
+def test_usdc_under_a_memo_corridor_never_issued_is_booked_and_left_for_a_person(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings):
+    """USDC at the hub under a memo that is no remittance reference (an id memo: the
+    shape of an anchor's refund whose funding's record a failover lost, or a stranger's
+    payment) is not the partner's money by any rule Corridor can prove: it is booked in
+    suspense (the hub's books equal its chain) and its ``hub_return`` saga stops for a
+    person, paying nothing back."""
+    settings.HUB_UNMATCHED_GRACE_S = 1.0
+    saga_beat_sweeps()
+    paid = partner_pays(corridor_on_sandbox, {"hub_account": hub.hub_address(),
+                                              "amount": AMOUNT, "memo_type": "id",
+                                              "memo": "424242"})
+
+    wait_for(lambda: saga_beat_sweeps() or any(s.status == S.MANUAL_REVIEW
+                                               for s in hub_returns()),
+             timeout=30, what="the unmatched payment stopped for a person")
+
+    [saga] = hub_returns()
+    assert "no reference Corridor issued" in saga.error and paid in saga.error
+    assert returns_of(paid, destination=partner_wallet["account"]) == []
+    assert kinds(saga.pk) == ["hub.unmatched"]
+    assert_hub_matches_chain(hub_chain)

@@ -565,6 +565,13 @@ LATE_MONEY_BATCH = env.int("LATE_MONEY_BATCH", default=100)
 # ... and, for remittances that settled within the same window, returns any payment
 # under the reference beside the one booked as the fill (a partner who paid twice).
 LATE_MONEY_FUNDING_WINDOW_S = env.float("LATE_MONEY_FUNDING_WINDOW_S", default=30 * 86400.0)
+# ... and returns USDC that arrived at the hub under a memo no saga owns (a remittance
+# whose creation a failover lost after its 202): a payment is judged once Horizon's
+# history reaches this long past it (longer than a lost hub envelope can still land:
+# FAILOVER_LOSS_S-like losses plus STELLAR_TX_TIMEOUT_S), HUB_UNMATCHED_BATCH payments
+# (at most 200, one Horizon page) per run.
+HUB_UNMATCHED_GRACE_S = env.float("HUB_UNMATCHED_GRACE_S", default=300.0)
+HUB_UNMATCHED_BATCH = env.int("HUB_UNMATCHED_BATCH", default=200)
 # Test-only switch (never from the environment): False turns the late-money sweep off,
 # which shows that it is what books and returns money that arrives anyway.
 LATE_MONEY_SWEEP = True
@@ -711,6 +718,11 @@ WITHDRAWAL_REBUILD_WINDOW_S = env.float("WITHDRAWAL_REBUILD_WINDOW_S", default=8
 # is found and refunded): AP deposits started in the last this many seconds.
 DEPOSIT_ORDER_REBUILD_EXPIRED_S = env.float("DEPOSIT_ORDER_REBUILD_EXPIRED_S",
                                             default=7 * 86400.0)
+# ... and deposits AP completed within this many seconds (the USDC left while the
+# order, payment and release rows were lost: their booking is rebuilt; a failover loses
+# seconds of commits, so an hour covers a reconciler that was down for a while).
+DEPOSIT_ORDER_REBUILD_COMPLETED_S = env.float("DEPOSIT_ORDER_REBUILD_COMPLETED_S",
+                                              default=3600.0)
 # Test-only switch (never from the environment): False turns the notify sweeper and
 # the receipt classifier off, which shows that they are what unstrands the money.
 STRANDED_SWEEPERS = True

@@ -77,6 +77,7 @@ SANDBOX_PAYOUT_SETTLE_S = env.float("SANDBOX_PAYOUT_SETTLE_S", default=1.0)
 SANDBOX_SETTLEMENT_CYCLE_S = env.float("SANDBOX_SETTLEMENT_CYCLE_S", default=10.0)
 SANDBOX_ANCHOR31_STEP_S = env.float("SANDBOX_ANCHOR31_STEP_S", default=0.5)
 SANDBOX_ANCHOR31_EXPIRY_S = env.float("SANDBOX_ANCHOR31_EXPIRY_S", default=86400.0)
+SANDBOX_ANCHOR31_LATE_REFUND_S = env.float("SANDBOX_ANCHOR31_LATE_REFUND_S", default=10.0)
 SANDBOX_ANCHOR31_POLL_S = env.float("SANDBOX_ANCHOR31_POLL_S", default=0.2)
 SANDBOX_ANCHOR31_WORKER_POLL_S = env.float("SANDBOX_ANCHOR31_WORKER_POLL_S", default=0.1)
 # The sandbox's wallets and sending anchor (sandbox/drivers.py, sandbox/sender31.py):

@@ -9,7 +9,7 @@ from importlib import import_module
 
 from sagas.legs import Plan
 
-PLAN_MODULES = ("sagas.plans.testing", "sagas.plans.remittance")
+PLAN_MODULES = ("sagas.plans.testing", "sagas.plans.remittance", "sagas.plans.hubreturn")
 _PLANS: dict[str, Plan] = {}
 _loaded = False
 

@@ -31,6 +31,10 @@ once per transaction):
 - ``anchor31.fail_payout``: drawn when a good payment arrives; ``pending_receiver`` ->
   ``error`` "payout failed at the receiving bank", and no refund, ever: money the anchor
   was funded for stays with it (DESIGN §6, ``ManualReviewError``).
+- ``anchor31.fail_payout_then_refund``: drawn when a good payment arrives; as
+  ``fail_payout``, then the anchor changes its mind and refunds the full amount
+  ``SANDBOX_ANCHOR31_LATE_REFUND_S`` (10 s) after the ``error`` -> ``refunded``: a refund
+  that arrives after the sender stopped waiting for one (issue 25 §1).
 - ``anchor31.slow`` ``{"seconds": s}``: drawn at creation; every status step of that
   transaction waits ``max(s, settle delay)`` seconds, the first ones included.
 - ``anchor31.step_delay`` ``{"seconds": s}``: while on, the settle delay of every
@@ -78,6 +82,7 @@ DB = "sandbox"
 FAULT_REJECT = "anchor31.reject_before_funding"
 FAULT_REFUND = "anchor31.refund_after_funding"
 FAULT_FAIL_PAYOUT = "anchor31.fail_payout"
+FAULT_FAIL_THEN_REFUND = "anchor31.fail_payout_then_refund"
 FAULT_SLOW = "anchor31.slow"
 FAULT_STEP_DELAY = "anchor31.step_delay"
 FAULT_HTTP_5XX = "anchor31.http_5xx"
@@ -171,7 +176,15 @@ def _draw_fate() -> str:
         return TX.FATE_REFUND
     if faults.take(FAULT_FAIL_PAYOUT) is not None:
         return TX.FATE_FAIL_PAYOUT
+    if faults.take(FAULT_FAIL_THEN_REFUND) is not None:
+        return TX.FATE_FAIL_THEN_REFUND
     return ""
+
+
+def late_refund_delay() -> float:
+    """Seconds between ``error`` and the refund of a ``fail_payout_then_refund``
+    transaction: ``SANDBOX_ANCHOR31_LATE_REFUND_S`` (10 s)."""
+    return float(getattr(settings, "SANDBOX_ANCHOR31_LATE_REFUND_S", 10.0))
 
 
 def _bank_reference() -> str:
@@ -219,6 +232,13 @@ def step(transaction_id: str) -> None:
             tx.due_at = now + seconds(settle_delay(tx))
         elif tx.status == TX.PENDING_RECEIVER and tx.fate == TX.FATE_FAIL_PAYOUT:
             move(tx, TX.ERROR, PAYOUT_FAILED, now)
+        elif tx.status == TX.PENDING_RECEIVER and tx.fate == TX.FATE_FAIL_THEN_REFUND:
+            move(tx, TX.ERROR, PAYOUT_FAILED, now)
+            tx.due_at = now + seconds(late_refund_delay())
+        elif tx.status == TX.ERROR and tx.fate == TX.FATE_FAIL_THEN_REFUND and \
+                payment is not None:
+            tx.due_at = now + seconds(RETRY_S)  # if the refund crashes, try again
+            refund = True
         elif tx.status == TX.PENDING_RECEIVER:
             move(tx, TX.COMPLETED, PAID_OUT, now)
             tx.completed_at = now

@@ -31,6 +31,7 @@ class Sep31Transaction(models.Model):
 
     FATE_REFUND = "refund"
     FATE_FAIL_PAYOUT = "fail_payout"
+    FATE_FAIL_THEN_REFUND = "fail_then_refund"
 
     id = models.CharField(primary_key=True, max_length=36)
     status = models.CharField(max_length=32)

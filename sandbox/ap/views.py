@@ -13,6 +13,13 @@ Fault ``ap.stale_status``: the REST reads show ``status: pending_anchor`` for th
 on these reads only: the RPC ``get_transaction`` and the payment observer's matching see
 the real status.
 
+Fault ``ap.rpc_answer_lost``: a status RPC named in ``params.methods`` (default
+``notify_onchain_funds_sent``) is applied, then its answer is lost (504 from the proxy in
+front of AP), and the next ``params.stale_reads`` (3) REST reads of that transaction lag
+behind it (``ap.stale_status`` armed for its id): the caller's repeat meets -32600 and
+a read that still shows ``pending_anchor`` (issue 25 §3, the release notify's
+contradiction check).
+
 Sandbox-only inspection: ``GET /ap/sandbox/events``, ``GET /ap/sandbox/observer``.
 """
 
@@ -95,7 +102,19 @@ def rpc_view(request):
         return JsonResponse(BAD_BODY, status=400)
     if not isinstance(batch, list) or not all(isinstance(item, dict) for item in batch):
         return JsonResponse(BAD_BODY, status=400)
-    return JsonResponse(rpc.handle_batch(batch), safe=False)
+    replies = rpc.handle_batch(batch)
+    lost = faults.peek("ap.rpc_answer_lost")
+    if lost is not None:
+        methods = lost.get("methods") or ["notify_onchain_funds_sent"]
+        applied = [item["params"]["transaction_id"]
+                   for item, reply in zip(batch, replies, strict=True)
+                   if item.get("method") in methods and "result" in reply
+                   and isinstance(item.get("params"), dict)]
+        if applied and faults.take("ap.rpc_answer_lost") is not None:
+            faults.set_fault("ap.stale_status", times=int(lost.get("stale_reads", 3)),
+                             params={"transaction_ids": applied})
+            return HttpResponse("upstream request timeout", status=504)
+    return JsonResponse(replies, safe=False)
 
 
 @platform_auth

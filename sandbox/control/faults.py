@@ -24,7 +24,7 @@ KNOWN: frozenset[str] = frozenset({
     "ap.rpc_32603_unindexed_hash", "ap.rpc_32603", "ap.rpc_slow", "ap.next_withdraw_memo",
     "ap.event_duplicate", "ap.event_reorder", "ap.event_lose", "ap.stale_status",
     "ap.require_aud", "ap.asset_decimals", "ap.observer_off", "ap.observer_miss",
-    "ap.observer_match_first",
+    "ap.observer_match_first", "ap.rpc_answer_lost",
     # sandbox/razorpay/payins.py
     "razorpay.webhook_replay", "razorpay.webhook_lose", "razorpay.webhook_reorder",
     "razorpay.payment_failed_then_captured", "razorpay.payment_fetch_5xx",
@@ -47,7 +47,7 @@ KNOWN: frozenset[str] = frozenset({
     # sandbox/anchor31/machine.py
     "anchor31.reject_before_funding", "anchor31.refund_after_funding",
     "anchor31.fail_payout", "anchor31.slow", "anchor31.step_delay", "anchor31.http_5xx",
-    "anchor31.refund_short",
+    "anchor31.refund_short", "anchor31.fail_payout_then_refund",
 })
 
 

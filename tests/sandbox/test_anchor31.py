@@ -537,6 +537,25 @@ def test_fail_payout_ends_in_error_and_keeps_the_money(anchor, hub, clean_sandbo
     assert hub.usdc() == before - 10
 
 
+def test_fail_payout_then_refund_says_error_first_and_refunds_later(anchor, hub,
+                                                                    clean_sandbox):
+    clean_sandbox.fault("anchor31.fail_payout_then_refund", times=1)
+    before = hub.usdc()
+    created = anchor.create()
+
+    paid = hub.pay("10", memo_id=created["stellar_memo"])
+    failed = anchor.wait(created["id"], FINAL)
+    assert (failed["status"], failed["status_message"]) == (
+        "error", "payout failed at the receiving bank")
+    assert "refunds" not in failed and hub.usdc() == before - 10
+    tx = anchor.wait(created["id"], {"refunded"})  # SANDBOX_ANCHOR31_LATE_REFUND_S later
+
+    assert_refunded_on_chain(clean_sandbox, anchor, tx, paid)
+    assert anchor.history(created["id"]) == ["pending_sender", "pending_stellar",
+                                             "pending_receiver", "error", "refunded"]
+    assert hub.usdc() == before
+
+
 @pytest.mark.parametrize("fault", ["anchor31.slow", "anchor31.step_delay"])
 def test_slow_and_step_delay_space_every_status_step(anchor, hub, clean_sandbox, fault):
     clean_sandbox.fault(fault, times=1 if fault == "anchor31.slow" else None, seconds=0.4)

@@ -87,7 +87,7 @@ CHAOS_TIMINGS = {
     "ORDER_RECONCILER_AGE_S": "2", "WITHDRAW_POLL_PERIOD_S": "1",
     "WITHDRAW_SHORT_GRACE_S": "5", "PAYOUT_UNKNOWN_REVIEW_S": "20",
     "SAGA_RESUME_PERIOD_S": "1", "SAGA_LEASE_S": "5", "ENVELOPE_UNKNOWN_REVIEW_S": "20",
-    "LATE_MONEY_SWEEP_PERIOD_S": "1",
+    "LATE_MONEY_SWEEP_PERIOD_S": "1", "HUB_UNMATCHED_GRACE_S": "10",
     "REFUND_SWEEP_AGE_S": "2", "REFUND_SWEEP_PERIOD_S": "1", "INBOUND_SWEEP_PERIOD_S": "1",
     "DEPOSIT_REFUND_SWEEP_AGE_S": "2", "DEPOSIT_REFUND_SWEEP_PERIOD_S": "1",
     "REMITTANCE_ERROR_REFUND_GRACE_S": "4", "REMITTANCE_REFUND_DEADLINE_S": "25",
@@ -244,6 +244,7 @@ class _Campaign:
         self.settle_s = options["settle"]
         self.broker = settings.CELERY_BROKER_URL
         self.lock = threading.Lock()
+        self.wallet_faults: dict[str, list[int]] = {}  # name -> [times, fired]
 
     def say(self, line: str) -> None:
         self.out.write(line + "\n")
@@ -307,7 +308,7 @@ class _Campaign:
         if reply.status_code != 400 or "known" not in reply.json():
             raise RuntimeError("the sandbox does not list its fault catalogue "
                                f"(HTTP {reply.status_code})")
-        return sorted(set(reply.json()["known"]) - set(TEST_HANDLES))
+        return sorted((set(reply.json()["known"]) - set(TEST_HANDLES)) | set(WALLET_FAULTS))
 
     def _wait_http(self, url: str, ok_codes=(200,)) -> None:
         processes.wait_http(url, ok_codes=ok_codes, timeout=90, logs=LOGS)
@@ -365,6 +366,7 @@ class _Campaign:
         result = _SeedResult(seed, plan)
         self.deposits: dict[str, str] = {}
         self.late_deposits: dict[str, str] = {}
+        self.wallet_faults = {}
         self.withdrawals: list[str] = []
         self.inbound: list[str] = []
         self.sagas: list[int] = []
@@ -428,6 +430,11 @@ class _Campaign:
                 time.sleep(0.5)
 
     def _fault_on(self, event: _Event, on: dict[str, float]) -> None:
+        if event.name in WALLET_FAULTS:  # the campaign's own wallets misbehave
+            with self.lock:
+                self.wallet_faults[event.name] = [event.times or 1, 0]
+            on[event.name] = time.monotonic()
+            return
         params = dict(FAULT_PARAMS.get(event.name, {}))
         if event.name == "ap.asset_decimals":
             from anchor import stellar
@@ -442,6 +449,9 @@ class _Campaign:
         faults the sandbox only peeks at, was on for a second) is switched off."""
         listing = self._call(lambda: self.sandbox.http.get("/sandbox/faults")
                              .raise_for_status().json()["faults"])
+        with self.lock:
+            listing = [*listing, *({"name": name, "fired": fired} for name, (_, fired)
+                                   in self.wallet_faults.items())]
         for switch in listing:
             name = switch["name"]
             if name not in on:
@@ -453,6 +463,10 @@ class _Campaign:
                             time.monotonic() - on[name] >= 0.5 else 0)
                 result.fired[name] = result.fired.get(name, 0) + fired
                 del on[name]
+                if name in WALLET_FAULTS:
+                    with self.lock:
+                        self.wallet_faults.pop(name, None)
+                    continue
                 self._call(lambda n=name: self.sandbox.http.post("/sandbox/faults", json={
                     "name": n, "times": 0}).raise_for_status())
 
@@ -639,6 +653,22 @@ class _Campaign:
                     raise
 
         self._step(send)
+        if self._wallet_fault("wallet.pay_twice"):
+            # the user pressed "send" again: the same amount under the same memo, once
+            # (no retry: a 504 that applied would make it a third payment)
+            try:
+                wallet.pay(destination=pay["destination"], amount=amount, memo=pay["memo"])
+            except Exception as exc:  # a fault ate it: the world sent it once, as it may
+                self.say(f"chaos: wallet.pay_twice's second payment: {_short(exc)}")
+
+    def _wallet_fault(self, name: str) -> bool:
+        """Take one firing of a wallet fault (``WALLET_FAULTS``) if it is on."""
+        with self.lock:
+            state = self.wallet_faults.get(name)
+            if state is None or state[1] >= state[0]:
+                return False
+            state[1] += 1
+            return True
 
     def _remittance(self, seed: int, name: str, attempt: int) -> None:
         i = int(name.rsplit("-", 1)[1])
@@ -972,8 +1002,14 @@ SOMETIMES = {
                  "razorpay.refund_webhook_duplicate", "razorpay.refund_webhook_reorder",
                  "razorpay.refund_fetch_5xx")
 }
+# Faults of the campaign's own wallets (the world's users, not a stand-in): in the
+# catalogue and the schedule like the sandbox's, taken by the traffic drivers.
+WALLET_FAULTS = {
+    "wallet.pay_twice": "a withdrawal's wallet sends its USDC twice under the same memo",
+}
 # Which money drives a stand-in's faults.
-KIND_OF = {"anchor31": "remittance", "razorpayx": "withdrawal", "razorpay": "deposit",
+KIND_OF = {"wallet": "withdrawal", "anchor31": "remittance", "razorpayx": "withdrawal",
+           "razorpay": "deposit",
            "ap": "deposit", "horizon": "deposit", "ap.observer_miss": "withdrawal",
            "ap.observer_off": "withdrawal", "ap.observer_match_first": "withdrawal",
            "ap.next_withdraw_memo": "withdrawal"}
