@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -307,8 +307,8 @@ def receive_rebuild(*, ap_tx: dict) -> WithdrawalRequest | None:
         problems.append("AP shows it completed with no payout at RazorpayX")
     if status == "refunded":
         problems.append("AP shows its USDC refunded")
-    why = ("rebuilt after a lost commit, not payable: " + "; ".join(problems))[:2000] \
-        if problems else ""
+    why = ("rebuilt after a lost commit, not payable: " + "; ".join(problems)
+           + ": a person refunds its USDC or settles it")[:2000] if problems else ""
     fee = Decimal(str(((ap_tx.get("fee_details") or {}).get("total")) or "0")) \
         if (ap_tx.get("fee_details") or {}).get("asset") == quotes.usdc_asset() else Decimal(0)
     request = _create(
@@ -320,6 +320,11 @@ def receive_rebuild(*, ap_tx: dict) -> WithdrawalRequest | None:
         WithdrawalRequest.Status.AWAITING_FUNDS, review_reason=why)
     if request is None:
         return None
+    started = ap_tx.get("started_at")
+    if started:  # what the row's lookbacks on chain start from (refunds.landed_unrecorded)
+        WithdrawalRequest.objects.filter(pk=request.pk).update(
+            created_at=datetime.fromisoformat(started.replace("Z", "+00:00")))
+        request.refresh_from_db()
     if receiver is not None:
         customers.mark_used(receiver.id)
     log.warning("SEP-31 %s: request rebuilt from AP (%s, memo %s) after a lost commit%s",

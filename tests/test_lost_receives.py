@@ -15,16 +15,32 @@ is found again by the derived attempt key, never paid twice).
 
 from __future__ import annotations
 
-import pytest
+import time
+from decimal import Decimal
 
-from anchor.models import FirmQuote
+import pytest
+from django.contrib.auth.models import User
+
+from anchor.models import Customer, FirmQuote
 from ledger import chart
 from ledger.models import Entry
-from payouts import guard, poller
-from payouts.models import PayoutAttempt, WithdrawalPayout, WithdrawalRequest
+from payouts import guard, operations, poller, tasks
+from payouts.models import (
+    PayoutAttempt,
+    WithdrawalPayout,
+    WithdrawalRefund,
+    WithdrawalRequest,
+)
 from sandbox.sender31 import RECEIVER_FIELDS, SendingAnchor
 from tests import rewind
-from tests.flows import ap, sandbox_payouts, settle, unique_account_number, wait_for
+from tests.flows import (
+    ap,
+    sandbox_payouts,
+    settle,
+    unique_account_number,
+    validation_account,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -35,8 +51,8 @@ def sa(clean_sandbox, settings):
     return SendingAnchor(clean_sandbox.url)
 
 
-def _receiver() -> dict:
-    return {**RECEIVER_FIELDS, "bank_account_number": unique_account_number()}
+def _receiver(account: str = "") -> dict:
+    return {**RECEIVER_FIELDS, "bank_account_number": account or unique_account_number()}
 
 
 def _until(transaction_id: str, *statuses: str, poll: bool = True) -> dict:
@@ -165,3 +181,81 @@ def test_a_receive_lost_after_ap_completed_is_rebuilt_and_booked_not_paid_again(
     # then the poller finds it among the receives AP closed lately, rebuilds the request
     # from AP, books the USDC and records RazorpayX's payout, paying nothing more
     _assert_paid_once(clean_sandbox, remittance)
+
+
+def test_a_receive_whose_receiver_was_lost_too_is_held_for_a_person_never_paid(
+        sa, clean_sandbox, settings):
+    # given a remittance whose customers, quote and decision were all in the seconds lost
+    before = rewind.mark()
+    remittance = sa.start(amount="24", receiver_fields=_receiver())
+    _until(remittance.transaction_id, "pending_sender")
+    rewind.rewind(before)
+    assert not Customer.objects.filter(pk=remittance.receiver_id).exists()
+    sa.finish(remittance)  # the sending anchor pays to the memo AP holds
+
+    # when the poller runs
+    request = wait_for(lambda: poller.poll_withdrawals() is not None and
+                       WithdrawalRequest.objects.filter(
+                           transaction_id=remittance.transaction_id).first(),
+                       timeout=40, interval=0.3, what="the request rebuilt")
+
+    # then the request is rebuilt in review (no bank account to pay), nothing is paid,
+    # and the person's refund sends the USDC back once
+    assert request.status == "manual_review"
+    assert "receiver" in request.review_reason and "refund" in request.review_reason
+    for _ in range(3):
+        poller.poll_withdrawals()
+    assert sandbox_payouts(clean_sandbox, remittance.transaction_id) == []
+    assert not WithdrawalPayout.objects.filter(transaction_id=remittance.transaction_id
+                                               ).exists()
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    refund = operations.withdrawal_refund_on_chain(request_id=request.pk, operator=operator,
+                                                   note="receiver lost in a failover")
+    assert refund.status == "completed", refund.last_error
+    back = sa.received(remittance.transaction["stellar_memo"])
+    assert [(p["hash"], p["amount"]) for p in back] == [
+        (refund.tx_hash, Decimal(remittance.transaction["amount_in"]))]
+    assert ap(remittance.transaction_id)["status"] == "refunded"
+
+
+def test_a_receive_refunded_in_ap_whose_rows_were_lost_is_rebuilt_not_refunded_again(
+        sa, clean_sandbox, settings):
+    # given a remittance whose receiver's bank refused the payout: Corridor refunded the
+    # USDC itself and AP shows it refunded
+    account = unique_account_number()
+    validation_account(clean_sandbox, account_number=account,
+                       payout_failure="bank_account_invalid").raise_for_status()
+    remittance = sa.start(amount="25", receiver_fields=_receiver(account))
+    before = rewind.mark()
+    _until(remittance.transaction_id, "pending_sender")
+    sa.finish(remittance)
+    _until(remittance.transaction_id, "refunded")
+    memo = remittance.transaction["stellar_memo"]
+    sent_back = sa.received(memo)
+    assert len(sent_back) == 1
+
+    # when the failover loses every commit of it (request, payout, refund, bookings)
+    rewind.rewind(before)
+    assert _rows(remittance.transaction_id) == (0, 0)
+
+    # then the poller rebuilds the request in review, and the refund sweep rebuilds the
+    # refund from AP's hash on chain: booked, nothing sent again, nothing paid
+    request = wait_for(lambda: poller.poll_withdrawals() is not None and
+                       WithdrawalRequest.objects.filter(
+                           transaction_id=remittance.transaction_id).first(),
+                       timeout=40, interval=0.3, what="the request rebuilt")
+    assert request.status == "manual_review" and "refunded" in request.review_reason
+
+    def rebuilt():
+        time.sleep(settings.REFUND_SWEEP_AGE_S + 0.1)
+        poller.poll_withdrawals()
+        tasks.sweep_refunds()
+        return WithdrawalRefund.objects.filter(transaction_id=remittance.transaction_id
+                                               ).first()
+
+    refund = wait_for(rebuilt, timeout=40, what="the refund rebuilt")
+    assert (refund.status, refund.tx_hash) == ("completed", sent_back[0]["hash"])
+    assert Entry.objects.filter(idempotency_key=f"refund:{refund.pk}").exists()
+    assert sa.received(memo) == sent_back
+    assert [p["status"] for p in sandbox_payouts(clean_sandbox, remittance.transaction_id)
+            ] == ["failed"]
