@@ -73,7 +73,7 @@ AP_STATUSES = ["pending_receiver", "pending_sender", "pending_customer_info_upda
                "pending_external"]
 # AP statuses of a receive whose request row :func:`receive_rebuild` stores again.
 REBUILT_STATUSES = ("pending_sender", "pending_receiver", "pending_external", "completed",
-                    "refunded")
+                    "refunded", "expired")
 
 
 # RazorpayX ``status_details.reason`` values that say the receiver's account itself cannot
@@ -248,7 +248,10 @@ def receive_rebuild(*, ap_tx: dict) -> WithdrawalRequest | None:
     one payout at RazorpayX under its reference (an operator's second attempt: a
     re-claim would replay the first), AP ``completed`` with no payout at RazorpayX (an
     operator's confirmation), or AP ``refunded`` (the refund sweep then rebuilds the
-    refund from AP's hash and the chain, ``payouts.refunds.refund_rebuild``).
+    refund from AP's hash and the chain, ``payouts.refunds.refund_rebuild``). AP
+    ``expired`` (Corridor expired it, ``expire_if_due``) is stored ``expired``: USDC
+    arriving under its memo later is returned to its sender by itself
+    (``receipts.late_for_expired_receives``).
 
     None when there is nothing to rebuild (RECEIVE_REBUILD off, a row exists, AP never
     took our funds request or holds no amounts). Raises rzp.RazorpayError (RazorpayX
@@ -265,6 +268,14 @@ def receive_rebuild(*, ap_tx: dict) -> WithdrawalRequest | None:
         return None
     creator = (ap_tx.get("creator") or {}).get("account") or ""
     _, receiver_id = _ids(ap_tx)
+    if ap_tx.get("status") == "expired":  # nothing owed: USDC arriving now goes back
+        return _rebuilt(ap_tx, None, _create(
+            transaction_id=transaction_id, quote=None, receiver_id=receiver_id,
+            amount_in=amount_in, amount_out=amount_out, beneficiary=None, contact_id="",
+            fund_account_id="", memo=str(ap_tx["memo"]), funds_requested_at=timezone.now(),
+            status=WithdrawalRequest.Status.EXPIRED,
+            review_reason="expired in AP before its USDC arrived (rebuilt after a lost "
+                          "commit)"))
     problems = []
     quote_id = ap_tx.get("quote_id") or ""
     FirmQuote.objects.filter(quote_id=quote_id, used_at__isnull=True).update(
@@ -307,41 +318,51 @@ def receive_rebuild(*, ap_tx: dict) -> WithdrawalRequest | None:
         problems.append("AP shows it completed with no payout at RazorpayX")
     if status == "refunded":
         problems.append("AP shows its USDC refunded")
-    why = ("rebuilt after a lost commit, not payable: " + "; ".join(problems)
-           + ": a person refunds its USDC or settles it")[:2000] if problems else ""
+    then = "" if status == "refunded" else ": a person refunds its USDC or settles it"
+    why = ("rebuilt after a lost commit, not payable: " + "; ".join(problems) + then
+           )[:2000] if problems else ""
     fee = Decimal(str(((ap_tx.get("fee_details") or {}).get("total")) or "0")) \
         if (ap_tx.get("fee_details") or {}).get("asset") == quotes.usdc_asset() else Decimal(0)
-    request = _create(
+    return _rebuilt(ap_tx, receiver, _create(
         transaction_id=transaction_id, quote=quote if not problems else None,
         receiver_id=receiver_id, amount_in=amount_in, amount_out=amount_out,
         beneficiary=beneficiary, contact_id=contact_id, fund_account_id=fund_account_id,
         memo=str(ap_tx["memo"]), fee=fee, funds_requested_at=timezone.now(),
         status=WithdrawalRequest.Status.MANUAL_REVIEW if problems else
-        WithdrawalRequest.Status.AWAITING_FUNDS, review_reason=why)
+        WithdrawalRequest.Status.AWAITING_FUNDS, review_reason=why))
+
+
+def _rebuilt(ap_tx: dict, receiver: Customer | None,
+             request: WithdrawalRequest | None) -> WithdrawalRequest | None:
+    """A request :func:`receive_rebuild` stored (None: another pass did): its
+    ``created_at`` set to AP's ``started_at``, where its lookbacks on chain start
+    (``refunds.landed_unrecorded`` finds a refund sent before the rebuild), the receiver
+    marked used, the rebuild logged."""
     if request is None:
         return None
     started = ap_tx.get("started_at")
-    if started:  # what the row's lookbacks on chain start from (refunds.landed_unrecorded)
+    if started:
         WithdrawalRequest.objects.filter(pk=request.pk).update(
             created_at=datetime.fromisoformat(started.replace("Z", "+00:00")))
         request.refresh_from_db()
     if receiver is not None:
         customers.mark_used(receiver.id)
-    log.warning("SEP-31 %s: request rebuilt from AP (%s, memo %s) after a lost commit%s",
-                transaction_id, status, request.memo, f": {why}" if why else "")
+    log.warning("SEP-31 %s: request rebuilt from AP (%s, memo %s) after a lost commit: %s",
+                request.transaction_id, ap_tx.get("status"), request.memo,
+                request.review_reason or request.status)
     return request
 
 
 def lost_closed_transactions() -> list[dict[str, Any]]:
-    """AP's SEP-31 receives ``completed`` or ``refunded`` that AP started in the last
-    RECEIVE_REBUILD_WINDOW_S with no request row in Corridor: closed in AP inside the
+    """AP's SEP-31 receives ``completed``, ``refunded`` or ``expired`` that AP started in
+    the last RECEIVE_REBUILD_WINDOW_S with no request row in Corridor: closed in AP in the
     seconds a failover lost (the poller's own listing, :func:`transactions`, covers the
     open ones). Their rows are rebuilt (:func:`receive_rebuild`) so the USDC is booked
     and the payout or refund recorded once. Empty with RECEIVE_REBUILD off."""
     if not settings.RECEIVE_REBUILD:
         return []
     closed = platform.list_transactions(
-        statuses=["completed", "refunded"], kind="receive", sep="31",
+        statuses=["completed", "refunded", "expired"], kind="receive", sep="31",
         started_after=timezone.now() - timedelta(seconds=settings.RECEIVE_REBUILD_WINDOW_S))
     known = set(requests_of([tx["id"] for tx in closed]))
     return [tx for tx in closed if tx["id"] not in known]

@@ -16,10 +16,12 @@ is found again by the derived attempt key, never paid twice).
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
+from django.utils import timezone
 
 from anchor.models import Customer, FirmQuote
 from ledger import chart
@@ -259,3 +261,37 @@ def test_a_receive_refunded_in_ap_whose_rows_were_lost_is_rebuilt_not_refunded_a
     assert sa.received(memo) == sent_back
     assert [p["status"] for p in sandbox_payouts(clean_sandbox, remittance.transaction_id)
             ] == ["failed"]
+
+
+def test_a_receive_expired_in_ap_whose_rows_were_lost_returns_late_usdc_once(
+        sa, clean_sandbox, settings):
+    # given a remittance Corridor expired (its quote ran out before any USDC came)
+    settings.RECEIPT_GRACE_S = 0.0
+    remittance = sa.start(amount="26", receiver_fields=_receiver())
+    before = rewind.mark()
+    _until(remittance.transaction_id, "pending_sender")
+    txn = sa.transaction(remittance.transaction_id)
+    expired = timezone.now() - timedelta(hours=6)
+    FirmQuote.objects.filter(quote_id=remittance.quote["id"]).update(expires_at=expired)
+    _until(remittance.transaction_id, "expired")
+
+    # when the failover loses its commits (the decision and the expiry), and the sending
+    # anchor pays anyway, late
+    rewind.rewind(before)
+    assert _rows(remittance.transaction_id) == (0, 0)
+    FirmQuote.objects.filter(quote_id=remittance.quote["id"]).update(expires_at=expired)
+    hashes = sa.pay(txn)
+
+    # then the request is rebuilt expired and the late USDC goes back to its sender once
+    def returned():
+        poller.poll_withdrawals()
+        tasks.sweep_refunds()
+        refund = WithdrawalRefund.objects.filter(receipt__tx_hash=hashes[0]).first()
+        return refund if refund is not None and refund.status == "completed" else None
+
+    refund = wait_for(returned, timeout=40, interval=0.3, what="the late USDC returned")
+    assert WithdrawalRequest.objects.get(transaction_id=remittance.transaction_id
+                                         ).status == "expired"
+    assert [(p["hash"], p["amount"]) for p in sa.received(txn["stellar_memo"])] == [
+        (refund.tx_hash, Decimal(txn["amount_in"]))]
+    assert sandbox_payouts(clean_sandbox, remittance.transaction_id) == []

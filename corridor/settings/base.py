@@ -703,7 +703,7 @@ DEPOSIT_ORDER_REBUILD = True
 # rows each test's flush removed; the suite turns it off (tests/conftest.py).
 RECEIVE_REBUILD = True
 # How far back the withdrawal poller looks for SEP-31 receives AP closed (completed,
-# refunded) whose rows a failover lost: AP receives started in the last this many
+# refunded, expired) whose rows a failover lost: AP receives started in the last this many
 # seconds, listed once per pass (its open ones it lists anyway).
 RECEIVE_REBUILD_WINDOW_S = env.float("RECEIVE_REBUILD_WINDOW_S", default=86400.0)
 # How far back the order reconciler looks for deposits AP expired whose order a
