@@ -64,7 +64,12 @@ from anchor import razorpay as rzp
 from anchor.models import Customer, FirmQuote
 from payouts import receipts
 from payouts.guard import provider
-from payouts.models import FundAccountValidation, WithdrawalPayout, WithdrawalRequest
+from payouts.models import (
+    FundAccountValidation,
+    StellarReceipt,
+    WithdrawalPayout,
+    WithdrawalRequest,
+)
 from payouts.providers.base import Beneficiary, ProviderError
 
 log = logging.getLogger(__name__)
@@ -337,7 +342,8 @@ def _rebuilt(ap_tx: dict, receiver: Customer | None,
     """A request :func:`receive_rebuild` stored (None: another pass did): its
     ``created_at`` set to AP's ``started_at``, where its lookbacks on chain start
     (``refunds.landed_unrecorded`` finds a refund sent before the rebuild), the receiver
-    marked used, the rebuild logged."""
+    marked used, its receipts raised as an unknown memo meanwhile taken back from the
+    queue (``receipts.classify_receipts`` allocates them to it), the rebuild logged."""
     if request is None:
         return None
     started = ap_tx.get("started_at")
@@ -347,6 +353,12 @@ def _rebuilt(ap_tx: dict, receiver: Customer | None,
         request.refresh_from_db()
     if receiver is not None:
         customers.mark_used(receiver.id)
+    # USDC the classifier raised while no row named its memo (the poller down past
+    # RECEIPT_GRACE_S after the failover) is this request's: classified again with it,
+    # never left in the queue for a receipt refund beside the payout.
+    StellarReceipt.objects.filter(
+        memo_type="id", memo=request.memo, settled_at__isnull=True, refund__isnull=True,
+        review_reason__startswith="unknown memo").update(review_reason="", reviewed_at=None)
     log.warning("SEP-31 %s: request rebuilt from AP (%s, memo %s) after a lost commit: %s",
                 request.transaction_id, ap_tx.get("status"), request.memo,
                 request.review_reason or request.status)

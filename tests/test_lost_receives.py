@@ -29,6 +29,7 @@ from ledger.models import Entry
 from payouts import guard, operations, poller, tasks
 from payouts.models import (
     PayoutAttempt,
+    StellarReceipt,
     WithdrawalPayout,
     WithdrawalRefund,
     WithdrawalRequest,
@@ -295,3 +296,32 @@ def test_a_receive_expired_in_ap_whose_rows_were_lost_returns_late_usdc_once(
     assert [(p["hash"], p["amount"]) for p in sa.received(txn["stellar_memo"])] == [
         (refund.tx_hash, Decimal(txn["amount_in"]))]
     assert sandbox_payouts(clean_sandbox, remittance.transaction_id) == []
+
+
+def test_usdc_raised_as_an_unknown_memo_before_the_rebuild_is_consumed_by_the_payout(
+        sa, clean_sandbox, settings):
+    # given a receive whose decision was lost, its USDC paid and raised by the receipt
+    # classifier as an unknown memo before any pass rebuilt the request
+    settings.RECEIPT_GRACE_S = 0.0
+    remittance = sa.start(amount="27", receiver_fields=_receiver())
+    before = rewind.mark()
+    _until(remittance.transaction_id, "pending_sender")
+    rewind.rewind(before)
+    hashes = sa.finish(remittance).hashes
+    settings.RECEIVE_REBUILD = False
+    raised = wait_for(lambda: poller.poll_withdrawals() is not None and
+                      StellarReceipt.objects.filter(tx_hash=hashes[0],
+                                                    review_reason__startswith="unknown memo"
+                                                    ).first(),
+                      timeout=20, interval=0.3, what="the receipt raised")
+
+    # when the poller rebuilds the request and pays it
+    settings.RECEIVE_REBUILD = True
+    _assert_paid_once(clean_sandbox, remittance)
+
+    # then the receipt is consumed by that payout and leaves the queue: no receipt refund
+    # can send the USDC back beside the INR
+    poller.poll_withdrawals()
+    receipt = StellarReceipt.objects.get(pk=raised.pk)
+    assert (receipt.review_reason, receipt.consumed_amount) == ("", receipt.amount)
+    assert receipt.settled_at is not None
