@@ -31,6 +31,7 @@ from anchor import platform, stellar
 from anchor import razorpay as rzp
 from payouts import books, guard, operations, receipts, receive, withdrawals
 from payouts.models import PAYOUT_POLL_OPEN, WithdrawalPayout, WithdrawalRequest
+from payouts.providers.base import ProviderError
 
 log = logging.getLogger(__name__)
 AP_STATUSES = ["pending_user_transfer_start", "pending_anchor", "pending_external"]
@@ -53,13 +54,18 @@ def poll_withdrawals() -> dict[str, int]:
             except (platform.PlatformError, platform.RpcError, stellar.HorizonUnavailable) as exc:
                 log.warning("withdrawal %s: %s", ap_tx["id"], exc)
                 count("error")
-    for ap_tx in receive.transactions():  # SEP-31: decided here, then paid as above
+    try:  # SEP-31: decided here, then paid as above; closed ones whose rows were lost
+        received = receive.transactions() + receive.lost_closed_transactions()
+    except platform.PlatformError as exc:
+        log.warning("SEP-31 listing: %s", exc)
+        received = []
+    for ap_tx in received:
         seen.add(ap_tx["id"])
         with bound_contextvars(transaction_id=ap_tx["id"]):
             try:
                 count(receive_process(ap_tx=ap_tx))
             except (platform.PlatformError, platform.RpcError, stellar.HorizonUnavailable,
-                    rzp.RazorpayError) as exc:
+                    rzp.RazorpayError, ProviderError) as exc:
                 log.warning("SEP-31 %s: %s", ap_tx["id"], exc)
                 count("error")
     for payout in open_payouts(seen=seen):
@@ -145,6 +151,11 @@ def receive_process(*, ap_tx: dict) -> str:
     """One SEP-31 transaction: decided (payouts/receive.py) until its funds were
     requested, then verified and paid like a withdrawal."""
     request = request_of(ap_tx["id"]).first()
+    if request is None and receive.funds_asked(ap_tx):
+        # AP took our funds request and we hold no row: a failover lost it (issue 25 §2).
+        request = receive.receive_rebuild(ap_tx=ap_tx)
+        if request is None:
+            return "not_due"
     if request is None or request.funds_requested_at is None or receive.unasked(ap_tx):
         # Also a row that says funds were asked for while AP says they were not: the
         # decision asks again (a transaction never waits for what it already has).

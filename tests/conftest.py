@@ -123,6 +123,7 @@ def _fast_timings():
     # flush drops their orders: no rebuilding those (tests/test_lost_commits.py does).
     settings.DEPOSIT_ORDER_REBUILD = False
     settings.WITHDRAWAL_REQUEST_REBUILD = False  # the same for withdrawals
+    settings.RECEIVE_REBUILD = False  # the same for SEP-31 receives (test_lost_receives)
 
 
 class Sandbox:

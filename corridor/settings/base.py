@@ -713,6 +713,15 @@ WITHDRAWAL_REQUEST_REBUILD = True
 # here (payouts/poller.py rebuild_completed): those AP started in the last this many
 # seconds, one AP listing per pass, newest first.
 WITHDRAWAL_REBUILD_WINDOW_S = env.float("WITHDRAWAL_REBUILD_WINDOW_S", default=86400.0)
+# Test-only switch (never from the environment): False stops the withdrawal poller from
+# rebuilding the request row of a SEP-31 receive a failover lost (payouts/receive.py
+# receive_rebuild): the session's one sandbox keeps every earlier test's receives, whose
+# rows each test's flush removed; the suite turns it off (tests/conftest.py).
+RECEIVE_REBUILD = True
+# How far back the withdrawal poller looks for SEP-31 receives AP closed (completed,
+# refunded, expired) whose rows a failover lost: AP receives started in the last this many
+# seconds, listed once per pass (its open ones it lists anyway).
+RECEIVE_REBUILD_WINDOW_S = env.float("RECEIVE_REBUILD_WINDOW_S", default=86400.0)
 # How far back the order reconciler looks for deposits AP expired whose order a
 # failover lost (a customer can still pay a Razorpay order after the expiry; that INR
 # is found and refunded): AP deposits started in the last this many seconds.
