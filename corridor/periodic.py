@@ -146,7 +146,7 @@ def registry() -> dict[str, PeriodicQuery]:
     from anchor import refunds as deposit_refunds
     from corridor import stranded
     from ledger import services as ledger
-    from payouts import poller, receipts, refunds
+    from payouts import poller, receipts, receive, refunds
     from sagas import engine, latemoney
 
     def strand(kind: str) -> Callable[[], Any]:
@@ -189,10 +189,15 @@ def registry() -> dict[str, PeriodicQuery]:
         q("poller.payout", LOOKUP, "withdrawal_payouts", payout_key,
           lambda: poller.payout_of(SAMPLE_ID), "first",
           runs_in="payouts.tasks.poll_withdrawals"),
+        q("poller.lost_receives", LOOKUP, "withdrawal_requests", request_key,
+          lambda: receive.requests_of([SAMPLE_ID]),
+          runs_in="payouts.tasks.poll_withdrawals"),
         q("receipts.treasury", SWEEP, "stellar_receipts", ("stellar_receipts_open_idx",),
           receipts.unsettled_treasury, runs_in="payouts.tasks.poll_withdrawals"),
         q("receipts.classify", SWEEP, "stellar_receipts", ("stellar_receipts_open_idx",),
           receipts.classifiable_receipts, runs_in="payouts.tasks.poll_withdrawals"),
+        q("receipts.rematch", SWEEP, "stellar_receipts", ("stellar_receipts_open_idx",),
+          receipts.raised_unknown, runs_in="payouts.tasks.poll_withdrawals"),
         q("refund_sweep", SWEEP, "withdrawal_refunds", ("withdrawal_refunds_open_idx",),
           refunds.stuck_refunds, runs_in="payouts.tasks.sweep_refunds"),
         q("deposit_refund_sweep", SWEEP, "deposit_refunds", ("deposit_refunds_open_idx",),

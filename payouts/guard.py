@@ -31,7 +31,7 @@ from structlog.contextvars import bound_contextvars
 
 from anchor import limits, platform
 from common.crashpoints import crash_point
-from payouts import beneficiaries, books
+from payouts import beneficiaries, books, receipts
 from payouts.models import PayoutAttempt, WithdrawalPayout, WithdrawalRefund, WithdrawalRequest
 from payouts.providers.base import DisburseResult, ProviderPayout
 from payouts.providers.razorpayx import provider as default_provider
@@ -150,6 +150,79 @@ def _claim(request: WithdrawalRequest) -> WithdrawalPayout:
     PayoutAttempt.objects.create(payout=payout, number=1, idempotency_key=attempt_key(
         transaction_id=request.transaction_id, number=1))
     return payout
+
+
+def payout_rebuild(*, request: WithdrawalRequest, ap_tx: dict) -> WithdrawalPayout | None:
+    """A withdrawal with no payout row whose AP transaction says a payout was started
+    (``ap_tx``: AP's object, ``pending_external`` or ``completed``): the row, its
+    attempt and the request's verification a failover lost with its last commits while
+    RazorpayX kept the payout (issue 25 §2). Rebuilt from RazorpayX's one payout under
+    the transaction's reference (razorpay/NOTES.md §2.9) when its paise and fund account
+    are the request's and, AP ``completed``, its UTR is AP's
+    ``external_transaction_id``; the receipts must verify again (``receipts.verify``).
+
+    One transaction under the request's lock: the request ``funds_verified`` and booked
+    (rule 3) if that was lost too, the payout ``processing`` with attempt 1 under its
+    derived key (:func:`attempt_key`) and the provider's payout id. Then the provider's
+    status moves it as any poll does (:func:`payout_apply_status`: ``processed`` ->
+    ``completed``, booked by rule 4, AP told, which a ``completed`` AP answers -32600
+    and the re-read accepts). Nothing is paid: the only call that could pay is never
+    made here. Returns the payout, or None (a row exists, RazorpayX holds none or
+    several under the reference, they disagree, the receipts do not verify yet, the
+    request is in review or expired: logged). Raises rzp.RazorpayError (asked again on
+    the next pass)."""
+    tid = request.transaction_id
+    with bound_contextvars(transaction_id=tid):
+        if WithdrawalPayout.objects.filter(transaction_id=tid).exists():
+            return None
+        found = provider().find_by_reference(tid)
+        if len(found) != 1:
+            if found:
+                log.error("payout of %s not rebuilt: %d provider payouts under its "
+                          "reference (%s): a person decides", tid, len(found),
+                          ", ".join(p.payout_id for p in found))
+            return None
+        state = found[0]
+        fund_account = state.raw.get("fund_account_id") or request.fund_account_id
+        utr = ap_tx.get("external_transaction_id") or ""
+        if state.amount_paise != request.amount_out_paise or \
+                fund_account != request.fund_account_id or \
+                (ap_tx.get("status") == "completed" and utr != state.utr):
+            log.error("payout of %s not rebuilt: provider %s (%s paise to %s, UTR %s), "
+                      "request %s paise to %s, AP UTR %s", tid, state.payout_id,
+                      state.amount_paise, fund_account, state.utr,
+                      request.amount_out_paise, request.fund_account_id, utr)
+            return None
+        verdict = receipts.verify(request, ap_source=ap_tx.get("source_account") or
+                                  request.source_account)
+        if verdict.outcome != "ok":
+            log.info("payout of %s not rebuilt yet: receipts %s %s", tid, verdict.outcome,
+                     verdict.reason)
+            return None
+        with transaction.atomic():
+            current = WithdrawalRequest.objects.select_for_update().get(pk=request.pk)
+            if current.status not in (WithdrawalRequest.Status.AWAITING_FUNDS,
+                                      WithdrawalRequest.Status.FUNDS_VERIFIED) or \
+                    WithdrawalPayout.objects.filter(transaction_id=tid).exists():
+                return None
+            if current.status != WithdrawalRequest.Status.FUNDS_VERIFIED:
+                WithdrawalRequest.objects.filter(pk=current.pk).update(
+                    status=WithdrawalRequest.Status.FUNDS_VERIFIED,
+                    received_amount=verdict.received, chain_evidence=verdict.evidence,
+                    review_reason=verdict.reason, updated_at=timezone.now())
+                books.received(current, verdict.received)  # rule 3, as the poller books it
+            payout = WithdrawalPayout.objects.create(
+                transaction_id=tid, status=Status.PROCESSING, amount_paise=state.amount_paise,
+                fund_account_id=fund_account, mode=state.raw.get("mode") or (
+                    "UPI" if current.beneficiary_type == "vpa" else "IMPS"),
+                provider=provider().name, provider_payout_id=state.payout_id,
+                last_error=f"rebuilt from the provider's {state.payout_id} (a lost commit)")
+            PayoutAttempt.objects.create(
+                payout=payout, number=1, provider_payout_id=state.payout_id,
+                idempotency_key=attempt_key(transaction_id=tid, number=1))
+        log.warning("payout of %s rebuilt from the provider's %s (%s; AP %s)", tid,
+                    state.payout_id, state.status, ap_tx.get("status"))
+        return payout_apply_status(payout=payout, state=state)
 
 
 def payout_resume(*, payout: WithdrawalPayout) -> WithdrawalPayout:

@@ -8,6 +8,13 @@ observer missed, and hand verified withdrawals to the guard. Rows of ours still 
 (a payout ``processing``, a completed payout AP has not heard of) are resumed too, so
 a stale AP status never decides anything. Last, every USDC receipt is accounted for
 (``receipts.classify_receipts``): consumed by a payout, or raised for a refund.
+
+Rows a failover lost with its last commits (issue 25 §2) are rebuilt from AP and
+RazorpayX on the way: a request AP took (``withdrawals.request_rebuild``; AP
+``refunded`` ones too, for the refund sweep), and a payout AP shows started
+(``pending_external``, or ``completed`` within WITHDRAWAL_REBUILD_WINDOW_S:
+``rebuild_completed``) from RazorpayX's payout under its reference
+(``guard.payout_rebuild``), never paid again.
 """
 
 from __future__ import annotations
@@ -22,8 +29,9 @@ from structlog.contextvars import bound_contextvars
 
 from anchor import platform, stellar
 from anchor import razorpay as rzp
-from payouts import books, guard, operations, receipts, receive
+from payouts import books, guard, operations, receipts, receive, withdrawals
 from payouts.models import PAYOUT_POLL_OPEN, WithdrawalPayout, WithdrawalRequest
+from payouts.providers.base import ProviderError
 
 log = logging.getLogger(__name__)
 AP_STATUSES = ["pending_user_transfer_start", "pending_anchor", "pending_external"]
@@ -46,24 +54,77 @@ def poll_withdrawals() -> dict[str, int]:
             except (platform.PlatformError, platform.RpcError, stellar.HorizonUnavailable) as exc:
                 log.warning("withdrawal %s: %s", ap_tx["id"], exc)
                 count("error")
-    for ap_tx in receive.transactions():  # SEP-31: decided here, then paid as above
+    try:  # SEP-31: decided here, then paid as above; closed ones whose rows were lost
+        received = receive.transactions() + receive.lost_closed_transactions()
+    except platform.PlatformError as exc:
+        log.warning("SEP-31 listing: %s", exc)
+        received = []
+    for ap_tx in received:
         seen.add(ap_tx["id"])
         with bound_contextvars(transaction_id=ap_tx["id"]):
             try:
                 count(receive_process(ap_tx=ap_tx))
             except (platform.PlatformError, platform.RpcError, stellar.HorizonUnavailable,
-                    rzp.RazorpayError) as exc:
+                    rzp.RazorpayError, ProviderError) as exc:
                 log.warning("SEP-31 %s: %s", ap_tx["id"], exc)
                 count("error")
     for payout in open_payouts(seen=seen):
         guard.payout_resume(payout=payout)
         count("resumed")
+    for outcome, n in rebuild_completed().items():
+        counts[outcome] = counts.get(outcome, 0) + n
     for outcome, n in receipts.classify_receipts().items():
         if n:
             counts[f"receipts_{outcome}"] = n
     for receipt in receipts.late_for_expired_receives():  # late money goes back by itself
         if operations.late_receipt_refund(receipt_id=receipt.pk) is not None:
             count("late_refunded")
+    return counts
+
+
+def rebuild_completed() -> dict[str, int]:
+    """AP withdrawals ``completed`` or ``refunded`` (so never in the poller's listing)
+    and started within WITHDRAWAL_REBUILD_WINDOW_S with rows lost by a failover (issue
+    25 §2). ``completed`` with no payout here: the payout row was lost after RazorpayX
+    paid and AP was told, perhaps the request too; the request is rebuilt from AP and
+    RazorpayX when missing (``withdrawals.request_rebuild``), then the payout from
+    RazorpayX (``guard.payout_rebuild``). ``refunded`` with no request: the request is
+    rebuilt in review, and the refund sweep rebuilds its refund from AP and the chain
+    (otherwise its receipt is an "unknown memo" an operator could send back twice). One
+    AP listing (newest first, stopping at the window), one query per kind of row it
+    names, and RazorpayX reads only for the ones missing. Returns
+    ``{"payout_rebuilt": n, "request_rebuilt": m}`` (the non-zero ones)."""
+    if not settings.WITHDRAWAL_REQUEST_REBUILD:
+        return {}
+    since = timezone.now() - timedelta(seconds=settings.WITHDRAWAL_REBUILD_WINDOW_S)
+    try:
+        done = platform.list_transactions(statuses=["completed", "refunded"],
+                                          kind="withdrawal", started_after=since)
+    except platform.PlatformError as exc:  # the rest of the pass goes on; the next looks
+        log.warning("rebuild: AP's completed withdrawals not listed: %s", exc)
+        return {}
+    ids = [tx["id"] for tx in done]
+    paid = set(WithdrawalPayout.objects.filter(transaction_id__in=ids)
+               .values_list("transaction_id", flat=True))
+    requested = set(WithdrawalRequest.objects.filter(transaction_id__in=ids)
+                    .values_list("transaction_id", flat=True))
+    counts: dict[str, int] = {}
+    for ap_tx in done:
+        tid, refunded = ap_tx["id"], ap_tx.get("status") == "refunded"
+        if tid in paid or (refunded and tid in requested):
+            continue
+        with bound_contextvars(transaction_id=tid):
+            try:
+                request = request_of(tid).first()
+                if request is None:
+                    request = withdrawals.request_rebuild(ap_tx=ap_tx)
+                    if request is not None:
+                        counts["request_rebuilt"] = counts.get("request_rebuilt", 0) + 1
+                if request is not None and not refunded and \
+                        guard.payout_rebuild(request=request, ap_tx=ap_tx) is not None:
+                    counts["payout_rebuilt"] = counts.get("payout_rebuilt", 0) + 1
+            except (rzp.RazorpayError, stellar.HorizonUnavailable) as exc:
+                log.warning("withdrawal %s: not rebuilt: %s", tid, exc)
     return counts
 
 
@@ -90,6 +151,11 @@ def receive_process(*, ap_tx: dict) -> str:
     """One SEP-31 transaction: decided (payouts/receive.py) until its funds were
     requested, then verified and paid like a withdrawal."""
     request = request_of(ap_tx["id"]).first()
+    if request is None and receive.funds_asked(ap_tx):
+        # AP took our funds request and we hold no row: a failover lost it (issue 25 §2).
+        request = receive.receive_rebuild(ap_tx=ap_tx)
+        if request is None:
+            return "not_due"
     if request is None or request.funds_requested_at is None or receive.unasked(ap_tx):
         # Also a row that says funds were asked for while AP says they were not: the
         # decision asks again (a transaction never waits for what it already has).
@@ -116,10 +182,25 @@ def withdrawal_process(*, ap_tx: dict) -> str:
     with bound_contextvars(transaction_id=ap_tx["id"]):
         transaction_id = ap_tx["id"]
         request = request_of(transaction_id).first()
+        if request is None and settings.WITHDRAWAL_REQUEST_REBUILD:
+            try:  # a row a failover lost (issue 25 §2)
+                request = withdrawals.request_rebuild(ap_tx=ap_tx)
+            except rzp.RazorpayError as exc:
+                log.warning("withdrawal %s: request not rebuilt: %s", transaction_id, exc)
         if request is None or request.funds_requested_at is None:
             return "not_ours"
         if settings.PAYOUT_GUARD:
             payout = payout_of(transaction_id).first()
+            if payout is None and ap_tx.get("status") == "pending_external":
+                # AP says a payout was started and we hold none: a lost commit. Found at
+                # RazorpayX by reference; otherwise the claim below replays its key.
+                try:
+                    payout = guard.payout_rebuild(request=request, ap_tx=ap_tx)
+                except rzp.RazorpayError as exc:
+                    log.warning("withdrawal %s: payout not rebuilt: %s", transaction_id, exc)
+                    return "error"
+                if payout is not None:
+                    return f"payout_{payout.status}"
             if payout is not None:
                 guard.payout_resume(payout=payout)  # self-healing; never a second payout
                 return f"payout_{payout.status}"

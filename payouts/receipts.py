@@ -20,6 +20,11 @@ are): once older than RECEIPT_GRACE_S it is raised in the operators' queue (kind
 expired SEP-31 receive (``late_for_expired_receives``) Corridor returns to its sender by
 itself (``payouts.operations.late_receipt_refund``), the same way, once.
 
+A receipt raised because its memo named no withdrawal ("unknown memo") is matched again
+once one does (``rematch_raised``): the request a failover lost, rebuilt by the poller
+from AP and RazorpayX (issue 25 §2). Its review is withdrawn unless a refund of it was
+started (the operator's refund wins), and the same pass classifies it.
+
 ``scanned_through`` says how far the stored receipts cover Horizon's history: "nothing
 was paid by T" is read from them only when it is at or past T."""
 
@@ -246,16 +251,53 @@ def classifiable_receipts():
             .order_by("created_at", "paging_token")[:BATCH])
 
 
+UNKNOWN_MEMO = "unknown memo: "
+
+
+def raised_unknown():
+    """Raised receipts whose memo named no withdrawal when they were raised, unsettled,
+    with no refund started, oldest first, at most BATCH (``stellar_receipts_open_idx``;
+    corridor/periodic.py): the ones ``rematch_raised`` looks at again."""
+    return (open_receipts().filter(review_reason__startswith=UNKNOWN_MEMO,
+                                   refund__isnull=True)
+            .order_by("created_at", "paging_token")[:BATCH])
+
+
+def rematch_raised() -> int:
+    """Withdraw the review of each raised "unknown memo" receipt whose memo now names a
+    withdrawal (a request rebuilt after a failover lost it, issue 25 §2), so the
+    classifier matches it again: consumed by that withdrawal's payout, or waiting for
+    it. Under the receipt's row lock, only while it is unsettled, still raised for that
+    reason and no refund of it was started (``payouts.operations`` stores a receipt's
+    refund under the same lock, and refuses a receipt no longer raised). Returns how
+    many were withdrawn."""
+    withdrawn = 0
+    for receipt in list(raised_unknown()):
+        if not memo_requests(receipt).exists():
+            continue
+        with transaction.atomic():
+            current = StellarReceipt.objects.select_for_update().get(pk=receipt.pk)
+            if current.settled_at is not None or \
+                    not current.review_reason.startswith(UNKNOWN_MEMO) or \
+                    WithdrawalRefund.objects.filter(receipt=current).exists():
+                continue
+            StellarReceipt.objects.filter(pk=current.pk).update(review_reason="",
+                                                                reviewed_at=None)
+        withdrawn += 1
+    return withdrawn
+
+
 def classify_receipts() -> dict[str, int]:
     """Allocate USDC receipts to the payouts they paid for and raise whatever no
     withdrawal consumed (module docstring). Reads unsettled receipts older than
     RECEIPT_GRACE_S, oldest first; idempotent (the allocation is recomputed from the
     rows, in paging order). Returns counts: consumed | raised | waiting (a withdrawal
     without a payout still owns it) | unraised (STRANDED_SWEEPERS=False: what is left
-    over is not raised; consumption is still allocated)."""
+    over is not raised; consumption is still allocated) | rematched (``rematch_raised``)."""
     counts = {"consumed": 0, "raised": 0, "waiting": 0, "treasury": 0, "unraised": 0}
     # Treasury moves (module docstring) owe nobody anything: settled as they are.
     counts["treasury"] = unsettled_treasury().update(settled_at=timezone.now())
+    counts["rematched"] = rematch_raised()
     rows = list(classifiable_receipts())
     for receipt in rows:
         outcome = _classify(receipt)
@@ -267,7 +309,7 @@ def _classify(receipt: StellarReceipt) -> str:
     requests = list(memo_requests(receipt)[:3])
     if not requests:
         why = "no memo" if not receipt.memo or receipt.memo_type == "none" else \
-            f"unknown memo: no withdrawal has {receipt.memo_type} memo {receipt.memo}"
+            f"{UNKNOWN_MEMO}no withdrawal has {receipt.memo_type} memo {receipt.memo}"
         return _raise(receipt, why)
     if len(requests) > 1:
         return _raise(receipt, "memo shared by withdrawals " + ", ".join(

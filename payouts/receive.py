@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -63,13 +64,21 @@ from anchor import razorpay as rzp
 from anchor.models import Customer, FirmQuote
 from payouts import receipts
 from payouts.guard import provider
-from payouts.models import FundAccountValidation, WithdrawalPayout, WithdrawalRequest
+from payouts.models import (
+    FundAccountValidation,
+    StellarReceipt,
+    WithdrawalPayout,
+    WithdrawalRequest,
+)
 from payouts.providers.base import Beneficiary, ProviderError
 
 log = logging.getLogger(__name__)
 INR = "iso4217:INR"
 AP_STATUSES = ["pending_receiver", "pending_sender", "pending_customer_info_update",
                "pending_external"]
+# AP statuses of a receive whose request row :func:`receive_rebuild` stores again.
+REBUILT_STATUSES = ("pending_sender", "pending_receiver", "pending_external", "completed",
+                    "refunded", "expired")
 
 
 # RazorpayX ``status_details.reason`` values that say the receiver's account itself cannot
@@ -175,25 +184,207 @@ def decide(*, ap_tx: dict) -> str:
         limits.release(transaction_id)
         return _reject(transaction_id, f"the receiver's bank details were refused: {exc}",
                        people=[sender_id, receiver_id])
-    try:
-        with transaction.atomic():
-            request = WithdrawalRequest.objects.create(
-                transaction_id=transaction_id, kind=WithdrawalRequest.Kind.RECEIVE,
-                quote_id=quote.quote_id, customer_id=receiver.id, amount_in=amount_in,
-                fee=quote.fee_total if quote.fee_asset == quotes.usdc_asset() else Decimal(0),
-                amount_out=amount_out, amount_out_paise=rzp.rupees_to_paise(amount_out),
-                rate=(amount_out / amount_in).quantize(Decimal("0.0001")),
-                beneficiary_type=beneficiary.kind, beneficiary_display=beneficiary.masked(),
-                beneficiary_name=pii.seal(beneficiary.name.encode()),
-                contact_id=contact_id, fund_account_id=fund_account_id,
-                destination=receipts.withdraw_account(),
-                memo=str(10**18 + secrets.randbelow(9 * 10**18)), memo_type="id",
-                source_account="")
-    except IntegrityError:  # another worker decided it meanwhile
-        request = WithdrawalRequest.objects.get(transaction_id=transaction_id)
+    request = _create(
+        transaction_id=transaction_id, quote=quote, receiver_id=receiver.id,
+        amount_in=amount_in, amount_out=amount_out, beneficiary=beneficiary,
+        contact_id=contact_id, fund_account_id=fund_account_id,
+        memo=str(10**18 + secrets.randbelow(9 * 10**18))) or \
+        WithdrawalRequest.objects.get(transaction_id=transaction_id)  # another worker won
     customers.mark_used(sender.id)
     customers.mark_used(receiver.id)
     return _request_funds(request, people=[sender.id, receiver.id])
+
+
+def _create(*, transaction_id: str, quote: FirmQuote | None, receiver_id: str,
+            amount_in: Decimal, amount_out: Decimal, beneficiary: Beneficiary | None,
+            contact_id: str, fund_account_id: str, memo: str, fee: Decimal = Decimal(0),
+            **rebuilt) -> WithdrawalRequest | None:
+    """The receive's ``withdrawal_requests`` row (kind ``receive``, our account, id memo
+    ``memo``), as the decision stores it, or as :func:`receive_rebuild` stores it again
+    (``rebuilt``: ``status``, ``review_reason``, ``funds_requested_at``). ``fee`` (USDC)
+    is the quote's when there is one. None when the row exists already (another pass)."""
+    if quote is not None:
+        fee = quote.fee_total if quote.fee_asset == quotes.usdc_asset() else Decimal(0)
+    try:
+        with transaction.atomic():
+            return WithdrawalRequest.objects.create(
+                transaction_id=transaction_id, kind=WithdrawalRequest.Kind.RECEIVE,
+                quote_id=quote.quote_id if quote is not None else "",
+                customer_id=receiver_id, amount_in=amount_in, fee=fee,
+                amount_out=amount_out, amount_out_paise=rzp.rupees_to_paise(amount_out),
+                rate=(amount_out / amount_in).quantize(Decimal("0.0001")),
+                beneficiary_type=beneficiary.kind if beneficiary else "",
+                beneficiary_display=beneficiary.masked() if beneficiary else "",
+                beneficiary_name=pii.seal(beneficiary.name.encode()) if beneficiary else None,
+                contact_id=contact_id, fund_account_id=fund_account_id,
+                destination=receipts.withdraw_account(), memo=memo, memo_type="id",
+                source_account="", **rebuilt)
+    except IntegrityError:
+        return None
+
+
+def funds_asked(ap_tx: dict) -> bool:
+    """AP took our ``request_onchain_funds``: the transaction is past asking (not
+    :func:`unasked`), carries an id memo, and names our receipts account as its
+    ``destination_account`` (AP 4.3.0 sets both from the call, SEP31-RECEIVE.md §3.3)."""
+    return not unasked(ap_tx) and ap_tx.get("status") in REBUILT_STATUSES and \
+        ap_tx.get("memo_type") == "id" and bool(ap_tx.get("memo")) and \
+        ap_tx.get("destination_account") == receipts.withdraw_account()
+
+
+def receive_rebuild(*, ap_tx: dict) -> WithdrawalRequest | None:
+    """The ``withdrawal_requests`` row of a receive a failover lost with its last
+    commits (issue 25 §2: the decision's commit, the funds request, the USDC's
+    verification, the payout claim are all gone) while AP kept the transaction, took
+    our ``request_onchain_funds`` (:func:`funds_asked`) and the sending anchor may have
+    paid. Rebuilt from what the outside holds: AP's memo, destination, amount expected,
+    ``quote_id`` and receiver; the firm quote taken again by this transaction (a
+    conditional UPDATE: unused, or already its own); the receiver's bank account
+    registered again with RazorpayX (identical details return the same contact and
+    fund account, razorpay/NOTES.md §2.2-2.3); the limits reserved again. Stored
+    ``awaiting_funds`` with ``funds_requested_at``, so the poller verifies the USDC on
+    chain (the receipts come back with the scan cursor the failover rewound) and pays
+    through the guard, whose attempt key (derived from the transaction,
+    ``guard.attempt_key``) makes RazorpayX answer with the payout it already made.
+
+    Stored ``manual_review`` with the reason instead, its USDC held for a person and
+    never paid, when it cannot be honoured as it was: its quote or receiver lost too,
+    the quote taken by another transaction since, the bank details refused, more than
+    one payout at RazorpayX under its reference (an operator's second attempt: a
+    re-claim would replay the first), AP ``completed`` with no payout at RazorpayX (an
+    operator's confirmation), or AP ``refunded`` (the refund sweep then rebuilds the
+    refund from AP's hash and the chain, ``payouts.refunds.refund_rebuild``). AP
+    ``expired`` (Corridor expired it, ``expire_if_due``) is stored ``expired``: USDC
+    arriving under its memo later is returned to its sender by itself
+    (``receipts.late_for_expired_receives``).
+
+    None when there is nothing to rebuild (RECEIVE_REBUILD off, a row exists, AP never
+    took our funds request or holds no amounts). Raises rzp.RazorpayError (RazorpayX
+    unreachable: the next pass tries again)."""
+    transaction_id = ap_tx["id"]
+    # What the sending anchor was asked for (AP's observer may rewrite amount_in with
+    # what one payment brought, NOTES §4.4); the receipts are verified against it.
+    amount_in = Decimal(str((ap_tx.get("amount_expected") or ap_tx.get("amount_in") or {}
+                             ).get("amount") or "0"))
+    amount_out = Decimal(str((ap_tx.get("amount_out") or {}).get("amount") or "0"))
+    if not settings.RECEIVE_REBUILD or not funds_asked(ap_tx) or amount_in <= 0 or \
+            amount_out <= 0 or \
+            WithdrawalRequest.objects.filter(transaction_id=transaction_id).exists():
+        return None
+    creator = (ap_tx.get("creator") or {}).get("account") or ""
+    _, receiver_id = _ids(ap_tx)
+    if ap_tx.get("status") == "expired":  # nothing owed: USDC arriving now goes back
+        return _rebuilt(ap_tx, None, _create(
+            transaction_id=transaction_id, quote=None, receiver_id=receiver_id,
+            amount_in=amount_in, amount_out=amount_out, beneficiary=None, contact_id="",
+            fund_account_id="", memo=str(ap_tx["memo"]), funds_requested_at=timezone.now(),
+            status=WithdrawalRequest.Status.EXPIRED,
+            review_reason="expired in AP before its USDC arrived (rebuilt after a lost "
+                          "commit)"))
+    problems = []
+    quote_id = ap_tx.get("quote_id") or ""
+    FirmQuote.objects.filter(quote_id=quote_id, used_at__isnull=True).update(
+        used_at=timezone.now(), transaction_id=transaction_id[:64])
+    quote = FirmQuote.objects.filter(quote_id=quote_id).first() if quote_id else None
+    if quote is None:
+        problems.append(f"its firm quote {quote_id or '(none)'} is not in Corridor")
+    elif quote.transaction_id != transaction_id[:64]:
+        problems.append(f"its firm quote {quote_id} was taken by {quote.transaction_id} "
+                        "since")
+    elif quote.client_id != creator or quote.sell_amount != amount_in:
+        problems.append(f"its firm quote {quote_id} is not {creator}'s for {amount_in} USDC")
+    else:
+        amount_out = quote.buy_amount.quantize(Decimal("0.01"))
+    receiver = Customer.objects.filter(pk=receiver_id, deleted_at__isnull=True).first() \
+        if receiver_id else None
+    beneficiary, contact_id, fund_account_id = None, "", ""
+    if receiver is None:
+        problems.append(f"its receiver {receiver_id or '(none)'} is not in Corridor")
+    else:
+        data = customers.personal_data(receiver)
+        beneficiary = _beneficiary(data)
+        try:
+            contact_id, fund_account_id = provider().register_beneficiary(
+                beneficiary=beneficiary, reference=transaction_id)
+        except ProviderError as exc:
+            problems.append(f"the receiver's bank details were refused: {exc}")
+        try:
+            limits.reserve(customer=receiver, transaction_id=transaction_id, kind="receive",
+                           amount_inr=amount_out,
+                           identity=customers.payout_identity(data) or receiver.id)
+        except limits.LimitReached as exc:  # held when it was decided; counted anyway
+            log.warning("SEP-31 %s rebuilt over the limits: %s", transaction_id, exc)
+    made = provider().find_by_reference(transaction_id)
+    if len(made) > 1:
+        problems.append(f"{len(made)} payouts at RazorpayX under its reference: "
+                        + ", ".join(f"{p.payout_id} ({p.status})" for p in made))
+    status = ap_tx.get("status")
+    if status == "completed" and not made:
+        problems.append("AP shows it completed with no payout at RazorpayX")
+    if status == "refunded":
+        problems.append("AP shows its USDC refunded")
+    then = "" if status == "refunded" else ": a person refunds its USDC or settles it"
+    why = ("rebuilt after a lost commit, not payable: " + "; ".join(problems) + then
+           )[:2000] if problems else ""
+    fee = Decimal(str(((ap_tx.get("fee_details") or {}).get("total")) or "0")) \
+        if (ap_tx.get("fee_details") or {}).get("asset") == quotes.usdc_asset() else Decimal(0)
+    return _rebuilt(ap_tx, receiver, _create(
+        transaction_id=transaction_id, quote=quote if not problems else None,
+        receiver_id=receiver_id, amount_in=amount_in, amount_out=amount_out,
+        beneficiary=beneficiary, contact_id=contact_id, fund_account_id=fund_account_id,
+        memo=str(ap_tx["memo"]), fee=fee, funds_requested_at=timezone.now(),
+        status=WithdrawalRequest.Status.MANUAL_REVIEW if problems else
+        WithdrawalRequest.Status.AWAITING_FUNDS, review_reason=why))
+
+
+def _rebuilt(ap_tx: dict, receiver: Customer | None,
+             request: WithdrawalRequest | None) -> WithdrawalRequest | None:
+    """A request :func:`receive_rebuild` stored (None: another pass did): its
+    ``created_at`` set to AP's ``started_at``, where its lookbacks on chain start
+    (``refunds.landed_unrecorded`` finds a refund sent before the rebuild), the receiver
+    marked used, its receipts raised as an unknown memo meanwhile taken back from the
+    queue (``receipts.classify_receipts`` allocates them to it), the rebuild logged."""
+    if request is None:
+        return None
+    started = ap_tx.get("started_at")
+    if started:
+        WithdrawalRequest.objects.filter(pk=request.pk).update(
+            created_at=datetime.fromisoformat(started.replace("Z", "+00:00")))
+        request.refresh_from_db()
+    if receiver is not None:
+        customers.mark_used(receiver.id)
+    # USDC the classifier raised while no row named its memo (the poller down past
+    # RECEIPT_GRACE_S after the failover) is this request's: classified again with it,
+    # never left in the queue for a receipt refund beside the payout.
+    StellarReceipt.objects.filter(
+        memo_type="id", memo=request.memo, settled_at__isnull=True, refund__isnull=True,
+        review_reason__startswith="unknown memo").update(review_reason="", reviewed_at=None)
+    log.warning("SEP-31 %s: request rebuilt from AP (%s, memo %s) after a lost commit: %s",
+                request.transaction_id, ap_tx.get("status"), request.memo,
+                request.review_reason or request.status)
+    return request
+
+
+def lost_closed_transactions() -> list[dict[str, Any]]:
+    """AP's SEP-31 receives ``completed``, ``refunded`` or ``expired`` that AP started in
+    the last RECEIVE_REBUILD_WINDOW_S with no request row in Corridor: closed in AP in the
+    seconds a failover lost (the poller's own listing, :func:`transactions`, covers the
+    open ones). Their rows are rebuilt (:func:`receive_rebuild`) so the USDC is booked
+    and the payout or refund recorded once. Empty with RECEIVE_REBUILD off."""
+    if not settings.RECEIVE_REBUILD:
+        return []
+    closed = platform.list_transactions(
+        statuses=["completed", "refunded", "expired"], kind="receive", sep="31",
+        started_after=timezone.now() - timedelta(seconds=settings.RECEIVE_REBUILD_WINDOW_S))
+    known = set(requests_of([tx["id"] for tx in closed]))
+    return [tx for tx in closed if tx["id"] not in known]
+
+
+def requests_of(transaction_ids: list[str]):
+    """The AP ids among ``transaction_ids`` that have a request row (unique-key
+    lookups; corridor/periodic.py)."""
+    return WithdrawalRequest.objects.filter(transaction_id__in=transaction_ids
+                                            ).values_list("transaction_id", flat=True)
 
 
 def unasked(ap_tx: dict) -> bool:

@@ -4,20 +4,24 @@ pending_user_transfer_start; AP picks the memo, NOTES §1.5)."""
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import ROUND_DOWN, Decimal, InvalidOperation
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from anchor import pii, platform, submissions
 from anchor import razorpay as rzp
 from common.crashpoints import crash_point
 from payouts.guard import provider
-from payouts.models import WithdrawalRequest
+from payouts.models import StellarReceipt, WithdrawalRequest
 from payouts.providers.base import Beneficiary, ProviderError
 
+log = logging.getLogger(__name__)
 IFSC = re.compile(r"^[A-Z]{4}0[A-Z0-9]{6}$")
 ACCOUNT_NUMBER = re.compile(r"^[0-9A-Za-z]{5,35}$")
 VPA = re.compile(r"^[A-Za-z0-9.\-_]{2,256}@[A-Za-z][A-Za-z0-9]{1,63}$")
@@ -232,6 +236,117 @@ def _request_onchain_funds(request: WithdrawalRequest) -> dict:
         if current is None or not _funds_requested(current):
             raise
         return current
+
+
+def request_rebuild(*, ap_tx: dict) -> WithdrawalRequest | None:
+    """A SEP-24 withdrawal AP took (``request_onchain_funds`` applied: past
+    ``incomplete`` with its memo and withdraw account) with no request in Corridor: the
+    row a failover lost with its last commits (issue 25 §2), while AP and RazorpayX kept
+    what it was made of. Rebuilt from them, as ``withdrawal_submit`` stored it:
+
+    - amounts from AP: ``amount_expected`` (what our call asked for; AP's observer may
+      overwrite ``amount_in`` with what arrived, NOTES §4.4, USDC) whose quote must give
+      AP's ``amount_out`` (INR) and ``fee_details.total`` (USDC); memo, memo type,
+      withdraw account and source account from AP;
+    - the payee from RazorpayX: the contact registered under the transaction id
+      (``reference_id``, ``register_beneficiary``) and its fund account; when RazorpayX
+      holds payouts under that reference, the fund account they paid. Exactly one, or
+      nothing is rebuilt (a person's, logged).
+
+    Stored ``awaiting_funds`` with funds requested (``created_at`` AP's ``started_at``),
+    so the poller verifies the receipts and pays through the guard as usual (a payout
+    RazorpayX already made is rebuilt, not made again: ``guard.payout_rebuild`` and the
+    derived attempt key). When a receipt
+    under its memo was refunded on its own meanwhile (an operator sent the "unknown
+    memo" USDC back), the request is stored ``manual_review`` instead: that USDC is no
+    longer ours to pay out; and ``manual_review`` when AP shows it ``refunded``, where
+    the refund sweep rebuilds its lost refund from AP and the chain
+    (``payouts.refunds.refund_rebuild``). Returns the new request, or None (not a withdrawal of ours
+    to rebuild, a row exists, the amounts or the payee do not fit). Raises
+    rzp.RazorpayError (asked again on the next pass)."""
+    transaction_id = ap_tx["id"]
+    memo, account = str(ap_tx.get("memo") or ""), ap_tx.get("destination_account") or ""
+    if ap_tx.get("kind") != "withdrawal" or not _funds_requested(ap_tx) or not memo \
+            or not account:
+        return None
+    if WithdrawalRequest.objects.filter(transaction_id=transaction_id).exists():
+        return None
+    amount_in = _ap_decimal(ap_tx, "amount_expected") or _ap_decimal(ap_tx, "amount_in")
+    try:
+        q = quote(amount_in)
+    except WithdrawalInputError:
+        q = None
+    told = (_ap_decimal(ap_tx, "amount_out"),
+            Decimal(str((ap_tx.get("fee_details") or {}).get("total") or "0")))
+    if q is None or told != (q.amount_out, q.fee):
+        log.error("withdrawal %s not rebuilt: AP holds %s for %s USDC, our quote %s",
+                  transaction_id, told, amount_in, q and (q.amount_out, q.fee))
+        return None
+    payee = _registered_payee(transaction_id)
+    if payee is None:
+        return None
+    memo_type = ap_tx.get("memo_type") or "id"
+    refunded = StellarReceipt.objects.filter(memo_type=memo_type, memo=memo,
+                                             refund__isnull=False).first()
+    status, reason = WithdrawalRequest.Status.AWAITING_FUNDS, ""
+    if refunded is not None:
+        status = WithdrawalRequest.Status.MANUAL_REVIEW
+        reason = (f"rebuilt after a lost commit: its receipt {refunded.tx_hash} was refunded "
+                  "on its own meanwhile (an unknown memo): not paid out, a person decides")
+    elif ap_tx.get("status") == "refunded":
+        status = WithdrawalRequest.Status.MANUAL_REVIEW
+        reason = ("rebuilt after a lost commit: AP shows it refunded (its refund is rebuilt "
+                  "from AP and the chain by the refund sweep)")
+    with transaction.atomic():
+        request, created = WithdrawalRequest.objects.get_or_create(
+            transaction_id=transaction_id, defaults={
+                "kind": WithdrawalRequest.Kind.WITHDRAWAL, "status": status,
+                "review_reason": reason, "amount_in": q.amount_in, "fee": q.fee,
+                "amount_out": q.amount_out,
+                "amount_out_paise": rzp.rupees_to_paise(q.amount_out), "rate": q.rate,
+                "beneficiary_type": payee.beneficiary.kind,
+                "beneficiary_display": payee.beneficiary.masked(),
+                "beneficiary_name": pii.seal(payee.beneficiary.name.encode()),
+                "contact_id": payee.contact_id, "fund_account_id": payee.fund_account_id,
+                "destination": account, "memo": memo, "memo_type": memo_type,
+                "source_account": ap_tx.get("source_account") or "",
+                "funds_requested_at": timezone.now()})
+        # Its age as AP started it: a refund of its USDC is looked for on chain from
+        # then on (payouts/refunds.py ``refund_rebuild``), not from this rebuild.
+        WithdrawalRequest.objects.filter(pk=request.pk).update(
+            created_at=_started_at(ap_tx) or request.created_at)
+    if not created:
+        return None
+    request.refresh_from_db()
+    log.warning("withdrawal %s: request rebuilt from AP and RazorpayX (%s, %s; a lost "
+                "commit)%s", transaction_id, payee.contact_id, payee.fund_account_id,
+                f": {reason}" if reason else "")
+    return request
+
+
+def _registered_payee(transaction_id: str):
+    """The one fund account RazorpayX holds for the withdrawal (module helper of
+    :func:`request_rebuild`), or None (none, or several that no payout tells apart)."""
+    payees = provider().beneficiaries_by_reference(transaction_id)
+    paid = {p.raw.get("fund_account_id") for p in provider().find_by_reference(transaction_id)}
+    if paid - {None, ""}:
+        payees = [b for b in payees if b.fund_account_id in paid]
+    if len(payees) != 1:
+        log.error("withdrawal %s not rebuilt: RazorpayX holds %d fund accounts under its "
+                  "reference (%s)", transaction_id, len(payees),
+                  ", ".join(b.fund_account_id for b in payees))
+        return None
+    return payees[0]
+
+
+def _started_at(ap_tx: dict) -> datetime | None:
+    """AP's ``started_at`` (ISO 8601, ``Z``), or None."""
+    value = ap_tx.get("started_at")
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+def _ap_decimal(ap_tx: dict, name: str) -> Decimal:
+    return Decimal(str((ap_tx.get(name) or {}).get("amount") or "0"))
 
 
 def withdrawal_resume(transaction_id: str) -> str:

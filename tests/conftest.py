@@ -141,6 +141,8 @@ def _fast_timings():
     # The session's sandbox keeps every earlier test's AP deposits while each test's
     # flush drops their orders: no rebuilding those (tests/test_lost_commits.py does).
     settings.DEPOSIT_ORDER_REBUILD = False
+    settings.WITHDRAWAL_REQUEST_REBUILD = False  # the same for withdrawals
+    settings.RECEIVE_REBUILD = False  # the same for SEP-31 receives (test_lost_receives)
 
 
 class Sandbox:

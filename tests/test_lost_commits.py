@@ -24,6 +24,7 @@ again, stopped for review).
 from __future__ import annotations
 
 import time
+from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
@@ -34,7 +35,13 @@ from anchor import refunds as deposit_refunds
 from anchor.models import DepositOrder, DepositPayment, DepositRefund, DepositRelease
 from ledger.models import Entry
 from payouts import operations, poller, tasks
-from payouts.models import StellarReceipt, WithdrawalPayout, WithdrawalRefund
+from payouts.models import (
+    StellarReceipt,
+    WithdrawalPayout,
+    WithdrawalRefund,
+    WithdrawalRequest,
+)
+from sagas.models import ReviewItem
 from tests import rewind
 from tests.flows import (
     Customer,
@@ -425,3 +432,237 @@ def test_a_deposit_refund_lost_before_ap_was_told_is_claimed_again_and_refunds_o
     assert again.idempotency_key == first.idempotency_key
     _drive_until_final(transaction_id)
     _assert_inr_refunded_once(clean_sandbox, transaction_id)
+
+
+# --- the withdrawal request and its payout ------------------------------------------------
+
+def _poll_until(predicate, *, what: str, timeout: float = 30.0):
+    """The poller's passes, as beat runs them, until ``predicate()`` is truthy."""
+    def step():
+        poller.poll_withdrawals()
+        return predicate()
+    return wait_for(step, timeout=timeout, interval=0.3, what=what)
+
+
+def _assert_books_once(transaction_id: str) -> None:
+    """Rule 3 (USDC received) and rule 4 (INR paid) posted once each for the withdrawal."""
+    for key in (f"withdrawal:{transaction_id}:received", f"withdrawal:{transaction_id}:paid"):
+        assert Entry.objects.filter(idempotency_key=key).count() == 1, key
+
+
+def _assert_receipt_consumed(memo: str, transaction_id: str) -> StellarReceipt:
+    """The wallet's one receipt under the memo consumed by the withdrawal, out of the
+    operators' queue (no review reason left on a settled receipt)."""
+    receipt = StellarReceipt.objects.get(memo=memo)
+    assert (receipt.transaction_id, receipt.settled_at is not None) == (transaction_id, True), \
+        receipt.review_reason
+    assert receipt.consumed_amount == receipt.amount
+    assert not ReviewItem.objects.filter(kind="receipt", reference=receipt.tx_hash).exists()
+    return receipt
+
+
+def test_a_withdrawal_request_lost_after_ap_took_it_is_rebuilt_and_its_receipt_paid_once(
+        clean_sandbox, settings):
+    """Chaos seeds 2 and 3 with one burner (issue 25 §2): the failover lost a withdrawal's
+    request row after AP took it (``pending_user_transfer_start``, memo given); the wallet
+    paid with the memo anyway. Nothing rebuilt the request: the receipt was raised as
+    "unknown memo" and stayed in the operators' queue, the INR never paid."""
+    # given a withdrawal the customer submitted, AP waiting for its USDC
+    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
+    settings.RECEIPT_GRACE_S = 0.3
+    wallet = Wallet(clean_sandbox)
+    wallet.fund_usdc("100")
+    transaction_id, url = wallet.start_withdrawal()
+    before = rewind.mark()
+    pay = Customer(clean_sandbox).submit_withdrawal(url, "10")
+    assert ap(transaction_id)["status"] == "pending_user_transfer_start"
+
+    # when the failover loses the request, the wallet pays with the memo, and the
+    # classifier raises the receipt (no withdrawal has its memo yet)
+    lost = rewind.rewind(before)
+    assert lost["withdrawal_requests"] == 1
+    wallet.pay(destination=pay["destination"], amount="10", memo=pay["memo"])
+    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="AP observer")
+    time.sleep(settings.RECEIPT_GRACE_S + 0.1)
+    poller.poll_withdrawals()
+    assert StellarReceipt.objects.get(memo=pay["memo"]).review_reason.startswith("unknown memo")
+
+    # then the poller rebuilds the request from AP and RazorpayX, pays it once, and the
+    # receipt is matched again: consumed, out of the queue
+    settings.WITHDRAWAL_REQUEST_REBUILD = True
+    request = _poll_until(lambda: WithdrawalRequest.objects.filter(
+        transaction_id=transaction_id).first(), what="request rebuilt")
+    assert (request.memo, request.amount_in) == (pay["memo"], Decimal("10"))
+    settle(transaction_id)
+    assert_payout_once(clean_sandbox, transaction_id)
+    _poll_until(lambda: StellarReceipt.objects.filter(memo=pay["memo"],
+                                                      settled_at__isnull=False).exists(),
+                what="receipt consumed")
+    _assert_receipt_consumed(pay["memo"], transaction_id)
+    _assert_books_once(transaction_id)
+
+
+def test_a_payout_lost_after_razorpayx_paid_and_ap_completed_is_rebuilt_not_paid_again(
+        clean_sandbox, settings):
+    """Chaos seed 3 with one burner (issue 25 §2): RazorpayX paid, AP was told
+    ``completed``, and the failover lost the payout row, its attempt and the request's
+    ``funds_verified``. AP's completed withdrawals are not polled: the request stayed
+    ``awaiting_funds`` with no payout for ever (stranded, ``ap_mismatch``), its receipt
+    owned by nobody."""
+    # given a withdrawal paid out and completed in AP
+    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
+    settings.RECEIPT_GRACE_S = 0.3
+    _, transaction_id = pending_anchor_withdrawal(clean_sandbox)
+    before = rewind.mark()
+    assert settle(transaction_id).status == "completed"
+    assert ap(transaction_id)["status"] == "completed"
+
+    # when the failover loses every commit since (request status, payout, attempt, books)
+    lost = rewind.rewind(before)
+    assert lost["withdrawal_payouts"] == 1 and lost["payout_attempts"] == 1
+    assert WithdrawalRequest.objects.get(transaction_id=transaction_id).status == \
+        "awaiting_funds"
+
+    # then the poller rebuilds the payout from RazorpayX and AP: nothing paid again
+    settings.WITHDRAWAL_REQUEST_REBUILD = True
+    payout = _poll_until(lambda: WithdrawalPayout.objects.filter(
+        transaction_id=transaction_id).first(), what="payout rebuilt")
+    assert payout.status == "completed" and payout.ap_completed_at is not None
+    assert_payout_once(clean_sandbox, transaction_id)
+    assert payout.reference == ap(transaction_id)["external_transaction_id"]
+    assert WithdrawalRequest.objects.get(transaction_id=transaction_id).status == \
+        "funds_verified"
+    memo = WithdrawalRequest.objects.get(transaction_id=transaction_id).memo
+    _poll_until(lambda: StellarReceipt.objects.filter(memo=memo,
+                                                      settled_at__isnull=False).exists(),
+                what="receipt consumed")
+    _assert_receipt_consumed(memo, transaction_id)
+    _assert_books_once(transaction_id)
+
+
+def test_a_request_and_payout_lost_after_ap_completed_are_rebuilt_not_paid_again(
+        clean_sandbox, settings):
+    """Both rows lost after the payout: the request rebuilt from AP and RazorpayX, the
+    payout from RazorpayX; one payout, the receipt consumed."""
+    # given a withdrawal submitted, paid by the wallet, paid out and completed in AP
+    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
+    settings.RECEIPT_GRACE_S = 0.3
+    wallet = Wallet(clean_sandbox)
+    wallet.fund_usdc("100")
+    transaction_id, url = wallet.start_withdrawal()
+    before = rewind.mark()
+    pay = Customer(clean_sandbox).submit_withdrawal(url, "10")
+    wallet.pay(destination=pay["destination"], amount="10", memo=pay["memo"])
+    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="AP observer")
+    assert settle(transaction_id).status == "completed"
+    assert ap(transaction_id)["status"] == "completed"
+
+    # when the failover loses all of it
+    lost = rewind.rewind(before)
+    assert lost["withdrawal_requests"] == 1 and lost["withdrawal_payouts"] == 1
+
+    # then both rows come back from AP and RazorpayX, and nothing is paid again
+    settings.WITHDRAWAL_REQUEST_REBUILD = True
+    _poll_until(lambda: WithdrawalPayout.objects.filter(transaction_id=transaction_id,
+                                                        status="completed").exists(),
+                what="request and payout rebuilt")
+    assert_payout_once(clean_sandbox, transaction_id)
+    _poll_until(lambda: StellarReceipt.objects.filter(memo=pay["memo"],
+                                                      settled_at__isnull=False).exists(),
+                what="receipt consumed")
+    _assert_receipt_consumed(pay["memo"], transaction_id)
+    _assert_books_once(transaction_id)
+
+
+def _lost_request_with_raised_receipt(sandbox, settings, amount: str = "10"):
+    """A withdrawal whose request a failover lost after AP took it; the wallet paid
+    ``amount`` USDC with the memo and the classifier raised the receipt ("unknown
+    memo"). Returns (wallet, transaction id, receipt)."""
+    settings.RECEIPT_GRACE_S = 0.3
+    wallet = Wallet(sandbox)
+    wallet.fund_usdc("100")
+    transaction_id, url = wallet.start_withdrawal()
+    before = rewind.mark()
+    pay = Customer(sandbox).submit_withdrawal(url, "10")
+    assert rewind.rewind(before)["withdrawal_requests"] == 1
+    wallet.pay(destination=pay["destination"], amount=amount, memo=pay["memo"])
+    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="AP observer")
+    time.sleep(settings.RECEIPT_GRACE_S + 0.1)
+    poller.poll_withdrawals()
+    receipt = StellarReceipt.objects.get(memo=pay["memo"])
+    assert receipt.review_reason.startswith("unknown memo"), receipt.review_reason
+    return wallet, transaction_id, receipt
+
+
+def test_a_lost_request_whose_receipt_an_operator_refunded_is_rebuilt_in_review_not_paid(
+        clean_sandbox, settings):
+    """The operator sent the "unknown memo" USDC back before the request was rebuilt:
+    the rebuilt request must not pay the INR too (its receipts still sum to its
+    amount_in, so the poller would verify and pay them)."""
+    # given a lost request whose raised receipt an operator refunded on chain
+    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
+    wallet, transaction_id, receipt = _lost_request_with_raised_receipt(clean_sandbox,
+                                                                        settings)
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    refund = operations.receipt_refund_on_chain(receipt_id=receipt.pk, operator=operator,
+                                                note="unknown memo: sent back")
+    assert refund.status == "completed", refund.last_error
+
+    # when the poller rebuilds the request from AP and RazorpayX
+    settings.WITHDRAWAL_REQUEST_REBUILD = True
+    request = _poll_until(lambda: WithdrawalRequest.objects.filter(
+        transaction_id=transaction_id).first(), what="request rebuilt")
+    for _ in range(5):
+        poller.poll_withdrawals()
+
+    # then it waits in review (the USDC went back once), and no INR is paid
+    request.refresh_from_db()
+    assert request.status == "manual_review" and "refunded" in request.review_reason
+    assert sandbox_payouts(clean_sandbox, transaction_id) == []
+    assert not WithdrawalPayout.objects.filter(transaction_id=transaction_id).exists()
+    assert _refunds_on_chain(wallet) == [refund.tx_hash]
+
+
+def test_a_refunded_withdrawal_whose_request_and_refund_were_lost_is_not_refunded_again(
+        clean_sandbox, settings):
+    """A short withdrawal refunded on chain (AP ``refunded``), then the failover lost its
+    request and its refund. AP's refunded withdrawals were never looked at: the receipt
+    was raised as "unknown memo", an operator's "refund on chain" away from sending the
+    USDC back a second time."""
+    # given a short withdrawal whose USDC an operator refunded (AP refunded)
+    settings.RECEIPT_GRACE_S = 0.3
+    wallet = Wallet(clean_sandbox)
+    wallet.fund_usdc("100")
+    transaction_id, url = wallet.start_withdrawal()
+    before = rewind.mark()
+    pay = Customer(clean_sandbox).submit_withdrawal(url, "10")
+    wallet.pay(destination=pay["destination"], amount="9.5", memo=pay["memo"])
+    wait_for(lambda: ap(transaction_id)["status"] == "pending_anchor", what="AP observer")
+    request = _poll_until(lambda: WithdrawalRequest.objects.filter(
+        transaction_id=transaction_id, status="manual_review").first(),
+        what="short withdrawal in review")
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    done = operations.withdrawal_refund_on_chain(request_id=request.pk, operator=operator,
+                                                 note="short: sent back")
+    assert done.status == "completed" and ap(transaction_id)["status"] == "refunded"
+
+    # when the failover loses the request and the refund
+    lost = rewind.rewind(before)
+    assert lost["withdrawal_requests"] == 1 and lost["withdrawal_refunds"] == 1
+
+    # then the poller rebuilds the request (in review), the refund sweep its refund from
+    # AP and the chain, and the receipt is accounted for: nothing goes back twice
+    settings.WITHDRAWAL_REQUEST_REBUILD = True
+    request = _poll_until(lambda: WithdrawalRequest.objects.filter(
+        transaction_id=transaction_id).first(), what="request rebuilt")
+    assert request.status == "manual_review"
+    time.sleep(settings.REFUND_SWEEP_AGE_S + 0.1)
+    # (earlier tests' refunded withdrawals, still in the session's sandbox, too)
+    assert tasks.sweep_refunds().get("rebuilt", 0) >= 1
+    refund = _assert_refunded_once(wallet, request, settings)
+    assert refund.tx_hash == done.tx_hash
+    poller.poll_withdrawals()
+    receipt = StellarReceipt.objects.get(memo=pay["memo"])
+    assert receipt.settled_at is not None
+    assert not ReviewItem.objects.filter(kind="receipt", reference=receipt.tx_hash).exists()
+    assert sandbox_payouts(clean_sandbox, transaction_id) == []

@@ -704,6 +704,24 @@ FAILOVER_IN_FLIGHT_WAIT_S = env.float("FAILOVER_IN_FLIGHT_WAIT_S", default=8.0)
 # test session's one sandbox keeps every earlier test's AP deposits, whose orders each
 # test's database flush removed, and the suite turns it off (tests/conftest.py).
 DEPOSIT_ORDER_REBUILD = True
+# Test-only switch (never from the environment): False stops the withdrawal poller from
+# rebuilding requests and payouts a failover lost (payouts/poller.py, issue 25 §2): the
+# test session's one sandbox keeps every earlier test's AP withdrawals while each
+# test's flush drops their rows; the suite turns it off (tests/conftest.py).
+WITHDRAWAL_REQUEST_REBUILD = True
+# How far back the withdrawal poller looks for AP withdrawals completed with no payout
+# here (payouts/poller.py rebuild_completed): those AP started in the last this many
+# seconds, one AP listing per pass, newest first.
+WITHDRAWAL_REBUILD_WINDOW_S = env.float("WITHDRAWAL_REBUILD_WINDOW_S", default=86400.0)
+# Test-only switch (never from the environment): False stops the withdrawal poller from
+# rebuilding the request row of a SEP-31 receive a failover lost (payouts/receive.py
+# receive_rebuild): the session's one sandbox keeps every earlier test's receives, whose
+# rows each test's flush removed; the suite turns it off (tests/conftest.py).
+RECEIVE_REBUILD = True
+# How far back the withdrawal poller looks for SEP-31 receives AP closed (completed,
+# refunded, expired) whose rows a failover lost: AP receives started in the last this many
+# seconds, listed once per pass (its open ones it lists anyway).
+RECEIVE_REBUILD_WINDOW_S = env.float("RECEIVE_REBUILD_WINDOW_S", default=86400.0)
 # How far back the order reconciler looks for deposits AP expired whose order a
 # failover lost (a customer can still pay a Razorpay order after the expiry; that INR
 # is found and refunded): AP deposits started in the last this many seconds.

@@ -66,6 +66,17 @@ class Beneficiary:
         return f"{self.ifsc} XXXX{self.account_number[-4:]}"
 
 
+@dataclass(frozen=True)
+class RegisteredBeneficiary:
+    """A contact and one of its fund accounts as the provider holds them: where
+    ``register_beneficiary`` registered a withdrawal's payee (its ``reference``)."""
+
+    contact_id: str
+    fund_account_id: str
+    beneficiary: Beneficiary
+    active: bool = True
+
+
 class PayoutProvider(Protocol):
     name: str
     # What a repeated idempotency key / reference does: "replay" returns the stored
@@ -87,6 +98,9 @@ class PayoutProvider(Protocol):
 
     def find_by_reference(self, reference: str) -> list[ProviderPayout]:
         """Every payout the provider holds under our ``reference``."""
+
+    def beneficiaries_by_reference(self, reference: str) -> list[RegisteredBeneficiary]:
+        """Every fund account of every contact registered under our ``reference``."""
 
     def fetch(self, payout_id: str) -> ProviderPayout:
         """One payout's current state, read from the provider's API. Raises

@@ -19,6 +19,7 @@ from payouts.providers.base import (
     PayoutNotFound,
     ProviderError,
     ProviderPayout,
+    RegisteredBeneficiary,
 )
 
 
@@ -115,6 +116,42 @@ class RazorpayX:
             raise rzp.RazorpayError(f"find_by_reference: HTTP {response.status_code}")
         return [_payout(item) for item in response.json().get("items", [])]
 
+    def beneficiaries_by_reference(self, reference: str) -> list[RegisteredBeneficiary]:
+        """``GET /v1/contacts?reference_id=`` (NOTES §2.2) then ``GET /v1/fund_accounts?
+        contact_id=`` for each (docs ``api/x/fund-accounts/fetch-all``): the payee a
+        withdrawal registered (``register_beneficiary`` sets ``reference_id``), to rebuild
+        a request whose row a failover lost (issue 25 §2). The full account number is
+        used only to mask it. Raises rzp.RazorpayError."""
+        found: list[RegisteredBeneficiary] = []
+        try:
+            with self._client() as client:
+                contacts = self._items(client, "/v1/contacts",
+                                       {"reference_id": reference[:40], "count": 100})
+                for contact in contacts:
+                    if contact.get("reference_id") != reference[:40]:
+                        continue
+                    for fund in self._items(client, "/v1/fund_accounts",
+                                            {"contact_id": contact["id"], "count": 100}):
+                        payee = _beneficiary(contact.get("name") or "", fund)
+                        if payee is not None:
+                            found.append(RegisteredBeneficiary(
+                                contact_id=contact["id"], fund_account_id=fund["id"],
+                                beneficiary=payee, active=bool(fund.get("active", True))))
+        except httpx.HTTPError as exc:
+            raise rzp.RazorpayError(f"beneficiaries_by_reference: {type(exc).__name__}") \
+                from exc
+        return found
+
+    @staticmethod
+    def _items(client: httpx.Client, path: str, params: dict) -> list[dict]:
+        response = client.get(path, params=params)
+        if response.status_code != 200:
+            raise rzp.RazorpayError(f"{path}: HTTP {response.status_code}")
+        try:
+            return list(response.json().get("items", []))
+        except (ValueError, AttributeError) as exc:
+            raise rzp.RazorpayError(f"{path}: unreadable answer: {exc}") from exc
+
     def fetch(self, payout_id: str) -> ProviderPayout:
         """``GET /v1/payouts/{id}`` (NOTES §2.9). A 400/404 to a GET by id means no such
         payout for our key (Razorpay: 400 "The id provided does not exist"): raises
@@ -139,6 +176,17 @@ class RazorpayX:
 
     def verify_webhook(self, body: bytes, signature: str) -> bool:
         return rzp.verify_webhook(body, signature)
+
+
+def _beneficiary(name: str, fund: dict) -> Beneficiary | None:
+    """The payee of a fund account entity (bank account or VPA); None for another type."""
+    if fund.get("account_type") == "vpa":
+        return Beneficiary(name=name, kind="vpa", vpa=(fund.get("vpa") or {}).get("address", ""))
+    if fund.get("account_type") == "bank_account":
+        bank = fund.get("bank_account") or {}
+        return Beneficiary(name=name, kind="bank_account", ifsc=bank.get("ifsc", ""),
+                           account_number=bank.get("account_number", ""))
+    return None
 
 
 def _describe(response: httpx.Response) -> str:

@@ -367,6 +367,20 @@ def get_contact(contact_id: str) -> dict:
     return contact_entity(contact)
 
 
+def list_contacts(*, params: dict, count: int = 10, skip: int = 0) -> dict:
+    """``GET /v1/contacts?[reference_id=&active=&type=]`` (NOTES §2.2; docs
+    ``api/x/contacts/fetch-all``): newest first, ``{"entity": "collection", "count": N,
+    "items": [...]}``."""
+    rows = Contact.objects.using(DB).order_by("-created_ts", "-id")
+    for name in ("reference_id", "type"):
+        if params.get(name) is not None:
+            rows = rows.filter(**{name: params[name]})
+    if params.get("active") is not None:
+        rows = rows.filter(active=params["active"] in ("1", "true"))
+    items = [contact_entity(c) for c in rows[skip : skip + count]]
+    return {"entity": "collection", "count": len(items), "items": items}
+
+
 # --- fund accounts --------------------------------------------------------------------
 
 
@@ -470,6 +484,18 @@ def create_fund_account(*, data) -> dict:
         if fund_account is None:
             raise
     return fund_account_entity(fund_account)
+
+
+def list_fund_accounts(*, params: dict, count: int = 10, skip: int = 0) -> dict:
+    """``GET /v1/fund_accounts?[contact_id=&account_type=]`` (docs
+    ``api/x/fund-accounts/fetch-all``): newest first, ``{"entity": "collection",
+    "count": N, "items": [...]}``."""
+    rows = FundAccount.objects.using(DB).order_by("-created_ts", "-id")
+    for name in ("contact_id", "account_type"):
+        if params.get(name) is not None:
+            rows = rows.filter(**{name: params[name]})
+    items = [fund_account_entity(f) for f in rows[skip : skip + count]]
+    return {"entity": "collection", "count": len(items), "items": items}
 
 
 def get_fund_account(fund_account_id: str) -> dict:

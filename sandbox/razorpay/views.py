@@ -137,10 +137,15 @@ def sandbox_refunds(request):
     return JsonResponse({"count": len(items), "refunds": items})
 
 
-@_api("POST")
+@_api("GET", "POST")
 def contacts(request):
-    """``POST /v1/contacts`` (RazorpayX, NOTES §2.2)."""
-    return JsonResponse(payouts.create_contact(data=_json_body(request)))
+    """``POST /v1/contacts`` (RazorpayX, NOTES §2.2); ``GET /v1/contacts?reference_id=
+    &active=&count=&skip=`` lists (NOTES §2.2)."""
+    if request.method == "POST":
+        return JsonResponse(payouts.create_contact(data=_json_body(request)))
+    return JsonResponse(payouts.list_contacts(
+        params=request.GET, count=_int_param(request, "count", 10, 100),
+        skip=_int_param(request, "skip", 0, 10**9)))
 
 
 @_api("GET")
@@ -148,10 +153,15 @@ def contact(request, contact_id: str):
     return JsonResponse(payouts.get_contact(contact_id))
 
 
-@_api("POST")
+@_api("GET", "POST")
 def fund_accounts(request):
-    """``POST /v1/fund_accounts`` (RazorpayX, NOTES §2.3)."""
-    return JsonResponse(payouts.create_fund_account(data=_json_body(request)))
+    """``POST /v1/fund_accounts`` (RazorpayX, NOTES §2.3); ``GET /v1/fund_accounts?
+    contact_id=&count=&skip=`` lists (docs ``api/x/fund-accounts/fetch-all``)."""
+    if request.method == "POST":
+        return JsonResponse(payouts.create_fund_account(data=_json_body(request)))
+    return JsonResponse(payouts.list_fund_accounts(
+        params=request.GET, count=_int_param(request, "count", 10, 100),
+        skip=_int_param(request, "skip", 0, 10**9)))
 
 
 @_api("GET")

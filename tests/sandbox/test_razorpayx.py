@@ -145,6 +145,24 @@ def test_fund_accounts_for_bank_and_vpa_and_identical_details_reuse(sandbox, rec
     assert api(sandbox, "GET", f"/fund_accounts/{first_vpa['id']}").json() == first_vpa
 
 
+@pytest.mark.django_db(transaction=True)
+def test_contacts_by_reference_and_fund_accounts_by_contact_are_listed(sandbox, receiver):
+    """``GET /v1/contacts?reference_id=`` (NOTES §2.2) and ``GET /v1/fund_accounts?
+    contact_id=``: what a withdrawal's lost request is rebuilt from (issue 25 §2)."""
+    reference_id = f"tx-{uuid.uuid4().hex[:12]}"
+    contact = make_contact(sandbox, reference_id=reference_id)
+    make_contact(sandbox, reference_id=f"tx-{uuid.uuid4().hex[:12]}")
+    vpa = api(sandbox, "POST", "/fund_accounts", json={
+        "contact_id": contact["id"], "account_type": "vpa",
+        "vpa": {"address": "asha@okaxis"}}).json()
+
+    contacts = api(sandbox, "GET", "/contacts", params={"reference_id": reference_id}).json()
+    funds = api(sandbox, "GET", "/fund_accounts", params={"contact_id": contact["id"]}).json()
+
+    assert contacts == {"entity": "collection", "count": 1, "items": [contact]}
+    assert funds == {"entity": "collection", "count": 1, "items": [vpa]}
+
+
 BANK_ACCOUNT_ERRORS = [
     ({"ifsc": "HDFC000005"}, "The bank_account.ifsc must be 11 characters.",
      "bank_account.ifsc"),
