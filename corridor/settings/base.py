@@ -699,6 +699,12 @@ STRANDED_RECEIVE_INFO_S = env.float("STRANDED_RECEIVE_INFO_S", default=300.0)
 FAILOVER_APPLY_DELAY_S = env.float("FAILOVER_APPLY_DELAY_S", default=3.0)
 FAILOVER_LOSS_S = env.float("FAILOVER_LOSS_S", default=3.0)
 FAILOVER_IN_FLIGHT_WAIT_S = env.float("FAILOVER_IN_FLIGHT_WAIT_S", default=8.0)
+# The campaign's mop-up (manage.py chaos): a fault still armed after the traffic gets an
+# item of its kind and up to this many seconds to meet it, per round (two rounds). A
+# remittance reaches the receiving anchor's payout only after the partner's payment,
+# the hub's funding and the anchor's own poll: 5 s was too short with two CPU burners
+# (seed 2: anchor31.fail_payout_then_refund never fired).
+CHAOS_MOP_UP_WAIT_S = env.float("CHAOS_MOP_UP_WAIT_S", default=30.0)
 # Test-only switch (never from the environment): False stops the order reconciler from
 # rebuilding orders a failover lost (anchor/reconciler.py rebuild_lost_orders): the
 # test session's one sandbox keeps every earlier test's AP deposits, whose orders each

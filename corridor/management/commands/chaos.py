@@ -414,7 +414,7 @@ class _Campaign:
                                    for e in extra)
             for future in [pool.submit(self._drive, e, seed) for e in extra]:
                 future.result()
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + settings.CHAOS_MOP_UP_WAIT_S
             while time.monotonic() < deadline and any(n not in PEEK_ONLY and n not in
                                                       UNREACHABLE for n in on):
                 time.sleep(0.5)
