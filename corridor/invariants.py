@@ -392,6 +392,11 @@ OPERATOR_ONLY = [
     r"deadline|expired",
     r"settlement window",  # the provider never finalised it: a person calls the bank
     r"second payment|overpaid",  # the wallet paid more than asked: a person sends it back
+    # a failover lost what only Corridor held (issue 25 §2): a receive's firm quote (its
+    # rate and expiry) or receiver (their KYC, which the sending anchor must send again),
+    # a saga's record of the anchor transaction its hub payment funded (SEP-31 has no
+    # look-up by memo): rebuilt and booked from the chain, matched by a person
+    r"rebuilt after a lost commit, not payable: .*not in Corridor|\(commits lost\)",
     # a reconciliation break: the provider's record differs (a settlement or statement
     # fault); a person explains it or chases the provider
     r"^(razorpay|razorpayx|horizon) (missing_outside|missing_in_books|amount_differs|"

@@ -401,11 +401,14 @@ class _Campaign:
 
     def _mop_up(self, on: dict[str, float], result: _SeedResult, pool, seed: int) -> None:
         """Faults still waiting for money of their kind get one more item each (up to
-        two rounds), so every type meets money in flight."""
+        two rounds), so every type meets money in flight. One item per waiting fault, not
+        per kind: faults of one kind compete for the same item (seed 1 with two burners:
+        reject_before_funding and fail_payout took the two mop-up remittances,
+        fail_payout_then_refund never met one)."""
         for round_ in range(2):
-            kinds = sorted({KIND_OF.get(name) or KIND_OF.get(name.split(".")[0], "deposit")
-                            for name in on
-                            if name not in PEEK_ONLY and name not in UNREACHABLE})
+            kinds = sorted(KIND_OF.get(name) or KIND_OF.get(name.split(".")[0], "deposit")
+                           for name in on
+                           if name not in PEEK_ONLY and name not in UNREACHABLE)
             if not kinds:
                 return
             extra = [_Event(0, kind, f"{kind}-{100 + 10 * round_ + i}")
