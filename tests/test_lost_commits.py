@@ -726,6 +726,43 @@ def test_a_lost_request_whose_receipt_an_operator_refunded_is_rebuilt_in_review_
     assert _refunds_on_chain(wallet) == [refund.tx_hash]
 
 
+
+def test_a_lost_request_whose_receipt_refund_was_lost_too_is_rebuilt_in_review_not_paid(
+        clean_sandbox, settings):
+    """As above, and a second failover lost the receipt's refund after it landed: the
+    rebuilt request found no refund row under its memo, was stored ``awaiting_funds``,
+    the "unknown memo" review of its receipt was withdrawn and the INR paid beside the
+    USDC already sent back, unless the refund sweep happened to rebuild the refund
+    first."""
+    # given a lost request whose raised receipt an operator refunded on chain, the
+    # refund's commits lost in turn
+    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
+    wallet, transaction_id, receipt = _lost_request_with_raised_receipt(clean_sandbox,
+                                                                        settings)
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    before = rewind.mark()
+    done = operations.receipt_refund_on_chain(receipt_id=receipt.pk, operator=operator,
+                                              note="unknown memo: sent back")
+    assert done.status == "completed", done.last_error
+    assert rewind.rewind(before)["withdrawal_refunds"] == 1
+
+    # when the poller rebuilds the request from AP and RazorpayX (no refund sweep yet)
+    settings.WITHDRAWAL_REQUEST_REBUILD = True
+    request = _poll_until(lambda: WithdrawalRequest.objects.filter(
+        transaction_id=transaction_id).first(), what="request rebuilt")
+    for _ in range(5):
+        poller.poll_withdrawals()
+
+    # then the receipt's refund is found on chain first: the request waits in review,
+    # no INR is paid, and the USDC went back once, its refund rebuilt and booked
+    request.refresh_from_db()
+    assert sandbox_payouts(clean_sandbox, transaction_id) == []
+    assert (request.status, "refunded" in request.review_reason) == ("manual_review", True)
+    assert _refunds_on_chain(wallet) == [done.tx_hash]
+    refund = WithdrawalRefund.objects.get(receipt=receipt)
+    assert (refund.status, refund.tx_hash) == ("completed", done.tx_hash), refund.last_error
+    assert Entry.objects.filter(idempotency_key=f"refund:{refund.pk}").count() == 1
+
 def test_a_refunded_withdrawal_whose_request_and_refund_were_lost_is_not_refunded_again(
         clean_sandbox, settings):
     """A short withdrawal refunded on chain (AP ``refunded``), then the failover lost its
