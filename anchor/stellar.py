@@ -482,7 +482,8 @@ class Transfer:
     """One successful payment operation as Horizon shows it (``join=transactions``).
     ``source``/``destination``: G... base accounts; ``asset``: ``CODE:ISSUER`` or
     ``native``; ``amount``: Decimal, 7 dp; ``memo``: the transaction's memo as a string
-    ("" for none)."""
+    ("" for none); ``destination_muxed``: the M... address paid when the payment named
+    one (Horizon's ``to_muxed``), else ""."""
 
     tx_hash: str
     paging_token: str
@@ -493,6 +494,7 @@ class Transfer:
     memo_type: str
     memo: str
     created_at: str
+    destination_muxed: str = ""
 
 
 def usdc_asset_id() -> str:
@@ -507,7 +509,8 @@ def _transfer(record: dict[str, Any]) -> Transfer:
         tx_hash=record["transaction_hash"], paging_token=record["paging_token"],
         source=record.get("from", ""), destination=record.get("to", ""), asset=asset,
         amount=Decimal(record["amount"]), memo_type=tx.get("memo_type", "none"),
-        memo=tx.get("memo", ""), created_at=record.get("created_at", ""))
+        memo=tx.get("memo", ""), created_at=record.get("created_at", ""),
+        destination_muxed=record.get("to_muxed") or "")
 
 
 def transfers_after(account: str, cursor: str = "", *, max_pages: int = 50

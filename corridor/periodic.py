@@ -200,6 +200,9 @@ def registry() -> dict[str, PeriodicQuery]:
           receipts.raised_unknown, runs_in="payouts.tasks.poll_withdrawals"),
         q("refund_sweep", SWEEP, "withdrawal_refunds", ("withdrawal_refunds_open_idx",),
           refunds.stuck_refunds, runs_in="payouts.tasks.sweep_refunds"),
+        # Raised receipts a lost commit may have left refunded on chain with no row.
+        q("refund_sweep.receipts", SWEEP, "stellar_receipts", ("stellar_receipts_open_idx",),
+          refunds.unrefunded_receipts, runs_in="payouts.tasks.sweep_refunds"),
         q("deposit_refund_sweep", SWEEP, "deposit_refunds", ("deposit_refunds_open_idx",),
           deposit_refunds.stuck_refunds, runs_in="anchor.tasks.sweep_deposit_refunds"),
         q("saga_resume", SWEEP, "sagas", ("sagas_due_idx",), engine.due_sql,

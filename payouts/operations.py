@@ -936,7 +936,7 @@ def _refund_store(request_id: int, *, operator, note: str, event: str) -> Withdr
 def receipt_refund_key(receipt: StellarReceipt) -> str:
     """The refund outbox's unique key (``withdrawal_refunds.transaction_id``) and the
     audit rows' ``transaction_id`` for a receipt's own refund."""
-    return f"receipt:{receipt.pk}"
+    return refunds.receipt_key(receipt.pk)
 
 
 def _receipt(receipt_id: int) -> StellarReceipt:
@@ -1032,26 +1032,47 @@ def _receipt_refund_store(receipt: StellarReceipt, *, operator, note: str, memo_
                           memo: str, check=None) -> WithdrawalRefund:
     """One commit: the receipt locked and checked again (``check``: more refusals, read
     under the lock), the signed envelope of its unconsumed part back to its sender and
-    the audit row ``receipt.refund``. Raises OperationRefused."""
+    the audit row ``receipt.refund``. A refund of it already on chain with no row (its
+    claim lost with a failover's last commits, issue 25 §2; under either memo a
+    receipt's refund carries, ``refunds.receipt_refund_memos``) is adopted instead, as
+    ``_refund_store`` adopts a withdrawal's: the row stored ``submitted`` with the
+    payment's hash and booked (rule 6), nothing sent again. Raises OperationRefused."""
     key = receipt_refund_key(receipt)
     refusal = _receipt_refund_refusal(receipt)
     if refusal:
         raise OperationRefused(refusal)
+    try:  # outside the transaction: Horizon reads hold no lock
+        found = refunds.landed_unrecorded(
+            destination=receipt.from_account, amount=receipt.unconsumed,
+            memo=refunds.receipt_refund_memos(receipt), since=receipt.created_at)
+        adopted = refunds.chain_fields(found.tx_hash) if found is not None else None
+    except stellar.HorizonUnavailable as exc:
+        raise OperationRefused(f"Horizon cannot be read: {exc}") from exc
     try:
         with transaction.atomic():
             current = StellarReceipt.objects.select_for_update().get(pk=receipt.pk)
             refusal = _receipt_refund_refusal(current) or (check(current) if check else "")
             if refusal or current.unconsumed != receipt.unconsumed:
                 raise OperationRefused(refusal or "the receipt changed since it was checked")
-            prepared = stellar.prepare_payment(
-                holder=refunds.holder(key), destination=current.from_account,
-                amount=current.unconsumed, memo_type=memo_type, memo=memo)
-            refund = WithdrawalRefund.objects.create(
-                receipt=current, transaction_id=key, destination=current.from_account,
-                amount=current.unconsumed, memo=memo, memo_type=memo_type, **prepared)
+            if adopted is not None:
+                refund = WithdrawalRefund.objects.create(
+                    receipt=current, transaction_id=key, status=F.SUBMITTED,
+                    destination=current.from_account, amount=current.unconsumed,
+                    memo=found.memo, memo_type=found.memo_type, **adopted,
+                    last_error=f"adopted from the chain: {found.tx_hash} landed with no "
+                               "refund recorded (a lost commit)")
+                books.refund_landed(refund)  # rule 6, with the row that records it
+            else:
+                prepared = stellar.prepare_payment(
+                    holder=refunds.holder(key), destination=current.from_account,
+                    amount=current.unconsumed, memo_type=memo_type, memo=memo)
+                refund = WithdrawalRefund.objects.create(
+                    receipt=current, transaction_id=key, destination=current.from_account,
+                    amount=current.unconsumed, memo=memo, memo_type=memo_type, **prepared)
             _event(transaction_id=key, event="receipt.refund", operator=operator, note=note,
                    detail={"amount": format(current.unconsumed, "f"),
                            "destination": current.from_account, "tx_hash": refund.tx_hash,
+                           "adopted": adopted is not None,
                            "receipt": {"tx_hash": current.tx_hash,
                                        "from": current.from_account,
                                        "amount": format(current.amount, "f"),

@@ -56,7 +56,8 @@ def withdraw_account() -> str:
     return stellar.distribution_keypair().public_key
 
 
-def _base_account(address: str) -> str:
+def base_account(address: str) -> str:
+    """The G... account of ``address`` (itself unless it is a muxed M... address)."""
     if address.startswith("M"):
         return MuxedAccount.from_account(address).account_id
     return address
@@ -71,7 +72,7 @@ def sender_matches(sender: str, expected: str) -> bool:
     not (its holder signs for all of them)."""
     if expected.startswith("M"):
         return sender == expected
-    return _base_account(sender) == expected
+    return base_account(sender) == expected
 
 
 def scan(*, max_pages: int = 20) -> int:

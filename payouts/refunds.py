@@ -15,7 +15,12 @@ chain: a fresh claim first adopts the unrecorded payment (``landed_unrecorded``,
 ``anchor.releases.release_adopt`` does for a release), and the same sweep rebuilds the
 lost row of a request still waiting for its refund (``refund_rebuild``): ``submitted``
 and booked when AP has not recorded it yet (then AP is told), ``completed`` and booked
-when AP shows it ``refunded`` with that hash.
+when AP shows it ``refunded`` with that hash. A receipt's own refund (``receipt:<id>``)
+has no request to lead there: a claim of it looks on chain first the same way, under
+either memo a receipt's refund is sent with (``receipt_refund_memos``), and the sweep
+looks for the refund of every receipt still raised and unrefunded
+(``receipt_refund_rebuild``): the row rebuilt ``submitted`` and booked with the
+receipt, then driven (completed, the receipt settled).
 
 A drive: on a resumed drive the stored envelope's fate is read first (``landed`` ->
 adopt it; ``dead`` -> rebuild, new sequence, bounds and hash; ``alive`` -> re-post the
@@ -39,9 +44,11 @@ from structlog.contextvars import bound_contextvars
 
 from anchor import envelopes, limits, platform, stellar
 from anchor.models import DepositRelease
+from common.console import AUTOMATIC
 from common.locks import try_session_lock
-from payouts import books
+from payouts import books, receipts
 from payouts.models import (
+    PayoutEvent,
     StellarReceipt,
     WithdrawalPayout,
     WithdrawalRefund,
@@ -59,11 +66,17 @@ def holder(transaction_id: str) -> str:
     return f"refund:{transaction_id}"
 
 
+def receipt_key(receipt_id: int) -> str:
+    """The outbox's unique key (``withdrawal_refunds.transaction_id``) and the audit
+    rows' ``transaction_id`` of a receipt's own refund: ``receipt:<id>``."""
+    return f"receipt:{receipt_id}"
+
+
 def refund_sweep() -> dict[str, int]:
     """Re-drive refunds open (``submitting`` / ``submitted``) and untouched for
-    REFUND_SWEEP_AGE_S, oldest first, then rebuild refunds a failover lost
-    (``refund_rebuild``); returns counts by resulting status (``rebuilt`` for the
-    latter)."""
+    REFUND_SWEEP_AGE_S, oldest first, then rebuild refunds a failover lost: a
+    request's (``refund_rebuild``) and a receipt's own (``receipt_refund_rebuild``);
+    returns counts by resulting status (``rebuilt`` for the latter two)."""
     counts: dict[str, int] = {}
     for refund_id in list(stuck_refunds()):
         refund = refund_drive(refund_id=refund_id, resumed=True)
@@ -74,6 +87,12 @@ def refund_sweep() -> dict[str, int]:
                 counts["rebuilt"] = counts.get("rebuilt", 0) + 1
         except (platform.PlatformError, stellar.HorizonUnavailable) as exc:
             log.warning("refund rebuild: request %s not rebuilt: %s", request_id, exc)
+    for receipt_id in list(unrefunded_receipts()):
+        try:
+            if receipt_refund_rebuild(receipt_id=receipt_id) is not None:
+                counts["rebuilt"] = counts.get("rebuilt", 0) + 1
+        except stellar.HorizonUnavailable as exc:
+            log.warning("refund rebuild: receipt %s not rebuilt: %s", receipt_id, exc)
     return counts
 
 
@@ -93,22 +112,46 @@ def unrefunded_requests(limit: int = 50):
             .order_by("-updated_at").values_list("pk", flat=True)[:limit])
 
 
-def landed_unrecorded(*, destination: str, amount: Decimal, memo: str, since
-                      ) -> stellar.Transfer | None:
+def unrefunded_receipts(limit: int = 50):
+    """Receipts a refund of their own may have left for with its row lost: raised in
+    the operators' queue (``review_reason``), unsettled, no refund row, raised more than
+    REFUND_SWEEP_AGE_S ago, most recent first, at most ``limit`` (each costs a Horizon
+    page; ``stellar_receipts_open_idx``). A refund is only ever stored for such a
+    receipt (``payouts.operations._receipt_refund_store``)."""
+    cutoff = timezone.now() - timedelta(seconds=settings.REFUND_SWEEP_AGE_S)
+    return (receipts.open_receipts().exclude(review_reason="")
+            .filter(refund__isnull=True, reviewed_at__lt=cutoff)
+            .order_by("-reviewed_at").values_list("pk", flat=True)[:limit])
+
+
+def receipt_refund_memos(receipt: StellarReceipt) -> tuple[str, ...]:
+    """The memos a receipt's own refund goes out with: none (the operator's,
+    ``receipt_refund_on_chain``) or the receipt's own (Corridor's return of USDC late
+    for an expired receive, ``late_receipt_refund``). Either path may have paid before
+    a failover lost the row, so a lookup accepts both."""
+    return ("", receipt.memo) if receipt.memo else ("",)
+
+
+def landed_unrecorded(*, destination: str, amount: Decimal, memo: str | tuple[str, ...],
+                      since) -> stellar.Transfer | None:
     """A refund already on chain with no row recording it: its claim was lost with a
     failover's last commits while Horizon kept the payment (issue 25 §2). A successful
-    USDC payment from the distribution account to ``destination`` (G...) of ``amount``
-    (Decimal, 7 dp) under ``memo`` ("" for none), whose ledger closed at or after
-    ``since`` (the request's creation), whose hash no refund or release row holds. None
-    when there is none. Raises HorizonUnavailable.
+    USDC payment from the distribution account to ``destination`` (G..., or M...: then
+    that muxed address exactly) of ``amount`` (Decimal, 7 dp) under ``memo`` ("" for
+    none; a tuple: any of them), whose ledger closed at or after ``since`` (the
+    request's creation, the receipt's arrival), whose hash no refund or release row
+    holds. None when there is none. Raises HorizonUnavailable.
 
     A Horizon lagging behind the payment hides it (not proven absent): a claim then
     builds a new envelope, as a release's does (issue 25 §2, left open there too)."""
     distribution = stellar.distribution_keypair().public_key
-    for transfer in stellar.transfers_since(destination, since):
-        if (transfer.source, transfer.destination, transfer.asset, transfer.amount,
-                transfer.memo) != (distribution, destination, stellar.usdc_asset_id(),
-                                   amount, memo):
+    memos = (memo,) if isinstance(memo, str) else memo
+    base = receipts.base_account(destination)
+    muxed = destination if destination != base else ""
+    for transfer in stellar.transfers_since(base, since):
+        if (transfer.source, transfer.destination, transfer.asset, transfer.amount) != (
+                distribution, base, stellar.usdc_asset_id(), amount) or \
+                transfer.memo not in memos or transfer.destination_muxed != muxed:
             continue
         if not (WithdrawalRefund.objects.filter(tx_hash=transfer.tx_hash).exists()
                 or DepositRelease.objects.filter(tx_hash=transfer.tx_hash).exists()):
@@ -217,6 +260,55 @@ def _store_found(*, request: WithdrawalRequest, receipts: list[StellarReceipt],
         limits.release(request.transaction_id)  # no INR moves for it: off the limits
     log.warning("refund %s: %s", request.transaction_id, note)
     return refund
+
+
+def receipt_refund_rebuild(*, receipt_id: int) -> WithdrawalRefund | None:
+    """A receipt whose own refund's row a failover lost after the payment landed
+    (issue 25 §2): its unconsumed part (Decimal, 7 dp) found sent back to its sender on
+    chain (``landed_unrecorded`` under ``receipt_refund_memos``, since the receipt
+    arrived) becomes its refund row (``receipt:<id>``) in one transaction with the
+    booking (rule 6: the receipt received and sent back) and an audit row naming
+    Corridor (``receipt.refund_adopted``), then is driven (``completed``, the receipt
+    settled: it leaves the operators' queue). None when there is nothing to rebuild (a
+    refund row exists, the receipt is settled or no longer raised, or no such payment
+    is on chain). Raises HorizonUnavailable."""
+    receipt = StellarReceipt.objects.get(pk=receipt_id)
+    if receipt.settled_at is not None or not receipt.review_reason or \
+            receipt.unconsumed <= 0 or WithdrawalRefund.objects.filter(receipt=receipt
+                                                                        ).exists():
+        return None
+    transfer = landed_unrecorded(destination=receipt.from_account, amount=receipt.unconsumed,
+                                 memo=receipt_refund_memos(receipt), since=receipt.created_at)
+    if transfer is None:
+        return None
+    fields = chain_fields(transfer.tx_hash)
+    note = (f"rebuilt from the chain: {transfer.tx_hash} sent the receipt back with no "
+            "refund recorded (a lost commit)")
+    key = receipt_key(receipt.pk)
+    try:
+        with transaction.atomic():
+            current = StellarReceipt.objects.select_for_update().get(pk=receipt.pk)
+            if current.settled_at is not None or not current.review_reason or \
+                    current.unconsumed != receipt.unconsumed or \
+                    WithdrawalRefund.objects.filter(receipt=current).exists():
+                return None
+            refund = WithdrawalRefund.objects.create(
+                receipt=current, transaction_id=key, status=F.SUBMITTED,
+                destination=current.from_account, amount=current.unconsumed,
+                memo=transfer.memo, memo_type=transfer.memo_type,
+                last_error=note, **fields)
+            books.refund_landed(refund)  # rule 6, with the row that records it
+            PayoutEvent.objects.create(
+                transaction_id=key, event="receipt.refund_adopted", operator=AUTOMATIC,
+                note=note, detail={"amount": format(refund.amount, "f"),
+                                   "destination": refund.destination,
+                                   "tx_hash": transfer.tx_hash,
+                                   "receipt": {"tx_hash": current.tx_hash,
+                                               "reason": current.review_reason}})
+    except IntegrityError:  # a claim of the same receipt won
+        return None
+    log.warning("refund %s: %s", key, note)
+    return refund_drive(refund_id=refund.pk, resumed=False)
 
 
 def stuck_refunds():

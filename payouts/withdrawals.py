@@ -14,9 +14,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from anchor import pii, platform, submissions
+from anchor import pii, platform, stellar, submissions
 from anchor import razorpay as rzp
 from common.crashpoints import crash_point
+from payouts import refunds
 from payouts.guard import provider
 from payouts.models import StellarReceipt, WithdrawalRequest
 from payouts.providers.base import Beneficiary, ProviderError
@@ -259,7 +260,10 @@ def request_rebuild(*, ap_tx: dict) -> WithdrawalRequest | None:
     derived attempt key). When a receipt
     under its memo was refunded on its own meanwhile (an operator sent the "unknown
     memo" USDC back), the request is stored ``manual_review`` instead: that USDC is no
-    longer ours to pay out; and ``manual_review`` when AP shows it ``refunded``, where
+    longer ours to pay out (a raised receipt's refund whose row a failover lost too is
+    looked for on chain and rebuilt first, ``refunds.receipt_refund_rebuild``; Horizon
+    unreadable: nothing is rebuilt this pass); and ``manual_review`` when AP shows it
+    ``refunded``, where
     the refund sweep rebuilds its lost refund from AP and the chain
     (``payouts.refunds.refund_rebuild``). Returns the new request, or None (not a withdrawal of ours
     to rebuild, a row exists, the amounts or the payee do not fit). Raises
@@ -286,6 +290,15 @@ def request_rebuild(*, ap_tx: dict) -> WithdrawalRequest | None:
     if payee is None:
         return None
     memo_type = ap_tx.get("memo_type") or "id"
+    try:
+        for receipt_id in StellarReceipt.objects.filter(
+                memo_type=memo_type, memo=memo, settled_at__isnull=True, refund__isnull=True
+                ).exclude(review_reason="").values_list("pk", flat=True):
+            refunds.receipt_refund_rebuild(receipt_id=receipt_id)
+    except stellar.HorizonUnavailable as exc:
+        log.warning("withdrawal %s not rebuilt yet: its receipts' refunds cannot be looked "
+                    "for on chain: %s", transaction_id, exc)
+        return None
     refunded = StellarReceipt.objects.filter(memo_type=memo_type, memo=memo,
                                              refund__isnull=False).first()
     status, reason = WithdrawalRequest.Status.AWAITING_FUNDS, ""

@@ -15,6 +15,9 @@ from the chain or the provider:
 - withdrawal refund, AP still ``pending_anchor`` -> the chain, by destination, amount
   and memo from the distribution account (the refund sweep, or the next refund claim);
 - withdrawal refund, AP ``refunded`` -> AP's refund hash, checked on the chain;
+- a receipt's own refund (``receipt:<id>``, no AP transaction) -> the chain, by the
+  receipt's sender and unconsumed amount from the distribution account (the refund
+  sweep, or the next refund claim);
 - deposit INR refund -> Razorpay's refunds of the payment, by our receipt (the
   reconciler), and a claim made again replays the derived idempotency key.
 A saga leg's lost hub payment: tests/test_remittances.py (found on chain, not paid
@@ -23,6 +26,7 @@ again, stopped for review).
 
 from __future__ import annotations
 
+import random
 import time
 from decimal import Decimal
 
@@ -33,8 +37,9 @@ from anchor import operations as deposit_operations
 from anchor import platform, reconciler, stellar
 from anchor import refunds as deposit_refunds
 from anchor.models import DepositOrder, DepositPayment, DepositRefund, DepositRelease
+from ledger import services as ledger
 from ledger.models import Entry
-from payouts import operations, poller, tasks
+from payouts import operations, poller, receipts, tasks
 from payouts.models import (
     StellarReceipt,
     WithdrawalPayout,
@@ -58,7 +63,9 @@ from tests.flows import (
     short_withdrawal,
     wait_for,
 )
+from tests.recon import compared
 from tests.sandbox.razorpay_calls import sandbox_refunds
+from treasury.reconcile import open_distribution, reconcile
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -348,6 +355,102 @@ def test_a_withdrawal_refund_lost_after_ap_refunded_is_rebuilt_from_ap_and_the_c
     assert refund.tx_hash == done.tx_hash
 
 
+
+# --- a receipt's own refund (receipt:<id>) ----------------------------------------------
+
+DISTRIBUTION = "stellar:distribution USDC"
+
+
+def _raised_unknown_memo(sandbox, settings, amount: str) -> tuple[Wallet, StellarReceipt]:
+    """A wallet's payment of ``amount`` USDC under a memo no withdrawal has, scanned
+    and raised by the classifier ("unknown memo")."""
+    settings.RECEIPT_GRACE_S = 0.3
+    wallet = Wallet(sandbox)
+    wallet.fund_usdc("20")
+    memo = str(random.randrange(10**12, 10**13))
+    tx_hash = wallet.pay(destination=receipts.withdraw_account(), amount=amount, memo=memo)
+    time.sleep(settings.RECEIPT_GRACE_S + 0.1)
+    receipt = _poll_until(lambda: StellarReceipt.objects.filter(
+        tx_hash=tx_hash).exclude(review_reason="").first(), what="the receipt raised")
+    assert receipt.review_reason.startswith("unknown memo"), receipt.review_reason
+    return wallet, receipt
+
+
+def _books_settled(settings) -> Decimal:
+    """The distribution account's unexplained difference once the refund sweep ran: the
+    session's sandbox carries earlier tests' receipts, scanned into this database with
+    their refunds on chain and no row, which the sweep rebuilds (as it would after a
+    failover), so they move the difference before the test's own flow, not during it."""
+    time.sleep(settings.REFUND_SWEEP_AGE_S + 0.1)
+    tasks.sweep_refunds()
+    return compared(reconcile(), DISTRIBUTION)["difference"]
+
+
+def _assert_receipt_refunded_once(wallet: Wallet, receipt: StellarReceipt,
+                                  books_before: Decimal) -> WithdrawalRefund:
+    """One refund payment on chain to the receipt's sender; the receipt's one refund row
+    holds its hash, completed, booked once (the receipt received and sent back, rule 6);
+    the receipt settled; the distribution account's books as far from the chain as they
+    were before (nothing on chain the books do not hold)."""
+    sent = _refunds_on_chain(wallet)
+    assert len(sent) == 1, sent
+    refund = WithdrawalRefund.objects.get(receipt=receipt)
+    assert (refund.transaction_id, refund.status, refund.tx_hash) == (
+        f"receipt:{receipt.pk}", "completed", sent[0]), refund.last_error
+    assert refund.amount == receipt.amount
+    for key in (f"refund:{refund.pk}", f"receipt:{receipt.pk}:received"):
+        assert Entry.objects.filter(idempotency_key=key).count() == 1, key
+    assert StellarReceipt.objects.get(pk=receipt.pk).settled_at is not None
+    assert ledger.trial_balance().ok
+    assert compared(reconcile(), DISTRIBUTION)["difference"] == books_before
+    return refund
+
+
+@pytest.mark.parametrize("first", ["sweep", "operator"])
+def test_a_receipt_refund_lost_after_it_landed_is_adopted_not_sent_again(
+        clean_sandbox, settings, first):
+    """A receipt's own refund (``receipt:<id>``: here an unknown memo an operator sent
+    back) landed on chain and the failover lost its row, its audit row and its booking:
+    the receipt is raised, unsettled and unrefunded again, in the operators' queue. No
+    request row leads the refund sweep to it, and the operator's "refund on chain" built a
+    new envelope: the USDC went back twice, and the books missed the refund on chain."""
+    # given an unknown-memo receipt an operator refunded on chain
+    open_distribution()
+    wallet, receipt = _raised_unknown_memo(clean_sandbox, settings, "4")
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    books_before = _books_settled(settings)
+    before = rewind.mark()
+    done = operations.receipt_refund_on_chain(receipt_id=receipt.pk, operator=operator,
+                                              note="unknown memo: sent back")
+    assert done.status == "completed", done.last_error
+    assert _refunds_on_chain(wallet) == [done.tx_hash]
+
+    # when the failover loses every commit of the refund (row, audit row, booking, the
+    # receipt's settlement)
+    lost = rewind.rewind(before)
+    assert lost["withdrawal_refunds"] == 1
+    assert not WithdrawalRefund.objects.filter(receipt=receipt).exists()
+    assert StellarReceipt.objects.get(pk=receipt.pk).settled_at is None
+
+    # then the refund sweep rebuilds the refund from the chain, or the operator who
+    # refunds again (the queue shows the receipt unrefunded) adopts it: nothing is sent
+    # again, whichever comes first, and the other finds it refunded
+    time.sleep(settings.REFUND_SWEEP_AGE_S + 0.1)
+    if first == "sweep":
+        assert tasks.sweep_refunds().get("rebuilt") == 1
+        assert WithdrawalRefund.objects.filter(receipt=receipt).exists()
+    refund = operations.receipt_refund_on_chain(receipt_id=receipt.pk, operator=operator,
+                                                note="again") if first == "operator" \
+        else WithdrawalRefund.objects.get(receipt=receipt)
+    assert refund.tx_hash == done.tx_hash
+    for _ in range(3):
+        poller.poll_withdrawals()
+    tasks.sweep_refunds()
+    with pytest.raises(operations.OperationRefused, match="refunded already"):
+        operations.receipt_refund_on_chain(receipt_id=receipt.pk, operator=operator,
+                                           note="and again")
+    _assert_receipt_refunded_once(wallet, receipt, books_before)
+
 # --- the deposit INR refund ---------------------------------------------------------------
 
 def _deposit_refunds_at_razorpay(sandbox, transaction_id: str) -> list[dict]:
@@ -622,6 +725,43 @@ def test_a_lost_request_whose_receipt_an_operator_refunded_is_rebuilt_in_review_
     assert not WithdrawalPayout.objects.filter(transaction_id=transaction_id).exists()
     assert _refunds_on_chain(wallet) == [refund.tx_hash]
 
+
+
+def test_a_lost_request_whose_receipt_refund_was_lost_too_is_rebuilt_in_review_not_paid(
+        clean_sandbox, settings):
+    """As above, and a second failover lost the receipt's refund after it landed: the
+    rebuilt request found no refund row under its memo, was stored ``awaiting_funds``,
+    the "unknown memo" review of its receipt was withdrawn and the INR paid beside the
+    USDC already sent back, unless the refund sweep happened to rebuild the refund
+    first."""
+    # given a lost request whose raised receipt an operator refunded on chain, the
+    # refund's commits lost in turn
+    clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
+    wallet, transaction_id, receipt = _lost_request_with_raised_receipt(clean_sandbox,
+                                                                        settings)
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    before = rewind.mark()
+    done = operations.receipt_refund_on_chain(receipt_id=receipt.pk, operator=operator,
+                                              note="unknown memo: sent back")
+    assert done.status == "completed", done.last_error
+    assert rewind.rewind(before)["withdrawal_refunds"] == 1
+
+    # when the poller rebuilds the request from AP and RazorpayX (no refund sweep yet)
+    settings.WITHDRAWAL_REQUEST_REBUILD = True
+    request = _poll_until(lambda: WithdrawalRequest.objects.filter(
+        transaction_id=transaction_id).first(), what="request rebuilt")
+    for _ in range(5):
+        poller.poll_withdrawals()
+
+    # then the receipt's refund is found on chain first: the request waits in review,
+    # no INR is paid, and the USDC went back once, its refund rebuilt and booked
+    request.refresh_from_db()
+    assert sandbox_payouts(clean_sandbox, transaction_id) == []
+    assert (request.status, "refunded" in request.review_reason) == ("manual_review", True)
+    assert _refunds_on_chain(wallet) == [done.tx_hash]
+    refund = WithdrawalRefund.objects.get(receipt=receipt)
+    assert (refund.status, refund.tx_hash) == ("completed", done.tx_hash), refund.last_error
+    assert Entry.objects.filter(idempotency_key=f"refund:{refund.pk}").count() == 1
 
 def test_a_refunded_withdrawal_whose_request_and_refund_were_lost_is_not_refunded_again(
         clean_sandbox, settings):

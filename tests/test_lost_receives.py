@@ -23,10 +23,12 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from anchor import stellar
 from anchor.models import Customer, FirmQuote
 from ledger import chart
+from ledger import services as ledger
 from ledger.models import Entry
-from payouts import guard, operations, poller, tasks
+from payouts import guard, operations, poller, receipts, tasks
 from payouts.models import (
     PayoutAttempt,
     StellarReceipt,
@@ -44,6 +46,8 @@ from tests.flows import (
     validation_account,
     wait_for,
 )
+from tests.recon import compared
+from treasury.reconcile import open_distribution, reconcile
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -325,3 +329,65 @@ def test_usdc_raised_as_an_unknown_memo_before_the_rebuild_is_consumed_by_the_pa
     receipt = StellarReceipt.objects.get(pk=raised.pk)
     assert (receipt.review_reason, receipt.consumed_amount) == ("", receipt.amount)
     assert receipt.settled_at is not None
+
+
+def test_a_late_receipt_refund_lost_after_it_landed_is_adopted_not_sent_again(
+        sa, clean_sandbox, settings):
+    """USDC that arrived after its receive expired went back to its sender by itself
+    (``late_receipt_refund``, the refund ``receipt:<id>``), and the failover lost the
+    refund's row, audit row and booking, and the receipt's settlement. The receipt was
+    raised, unsettled and unrefunded again: the poller's next pass returned the USDC a
+    second time, and the books missed the first refund on chain."""
+    # given a receive that expired before its USDC came, the late USDC scanned and
+    # raised, then returned to the sending anchor by the poller
+    settings.RECEIPT_GRACE_S = 0.0
+    open_distribution()
+    remittance = sa.start(amount="28", receiver_fields=_receiver())
+    _until(remittance.transaction_id, "pending_sender")
+    txn = sa.transaction(remittance.transaction_id)
+    FirmQuote.objects.filter(quote_id=remittance.quote["id"]).update(
+        expires_at=timezone.now() - timedelta(hours=6))
+    _until(remittance.transaction_id, "expired")
+    since = timezone.now() - timedelta(seconds=2)  # ledger close times are whole seconds
+    hashes = sa.pay(txn)
+    receipt = wait_for(lambda: (receipts.scan(), receipts.classify_receipts()) and
+                       StellarReceipt.objects.filter(tx_hash=hashes[0]).exclude(
+                           review_reason="").first(), timeout=20, what="the late USDC raised")
+    # (the session's earlier receipts come with the scan; the sweep rebuilds the
+    # refunds of those it finds on chain now, not during the test's own flow)
+    time.sleep(settings.REFUND_SWEEP_AGE_S + 0.1)
+    tasks.sweep_refunds()
+    books_before = compared(reconcile(), "stellar:distribution USDC")["difference"]
+    before = rewind.mark()
+    done = wait_for(lambda: poller.poll_withdrawals() is not None and
+                    WithdrawalRefund.objects.filter(receipt=receipt, status="completed").first(),
+                    timeout=20, interval=0.3, what="the late USDC returned")
+
+    # when the failover loses every commit of the refund
+    lost = rewind.rewind(before)
+    assert lost["withdrawal_refunds"] == 1
+    assert receipt in receipts.late_for_expired_receives()  # raised, unrefunded again
+
+    # then the poller's next passes find the refund on chain and adopt it, the refund
+    # sweep rebuilds nothing more, and the operator's "refund on chain" is refused
+    for _ in range(3):
+        poller.poll_withdrawals()
+    time.sleep(settings.REFUND_SWEEP_AGE_S + 0.1)
+    tasks.sweep_refunds()
+    operator = User.objects.create_superuser("op", "op@example.com", "pw")
+    with pytest.raises(operations.OperationRefused, match="refunded already"):
+        operations.receipt_refund_on_chain(receipt_id=receipt.pk, operator=operator,
+                                           note="late USDC: sent back")
+    distribution = stellar.distribution_keypair().public_key
+    sent = [t.tx_hash for t in stellar.transfers_since(sa.account, since)
+            if t.source == distribution and t.amount == receipt.amount]
+    assert sent == [done.tx_hash]
+    assert [p["hash"] for p in sa.received(txn["stellar_memo"])] == [done.tx_hash]
+    refund = WithdrawalRefund.objects.get(receipt=receipt)
+    assert (refund.status, refund.tx_hash) == ("completed", done.tx_hash), refund.last_error
+    for key in (f"refund:{refund.pk}", f"receipt:{receipt.pk}:received"):
+        assert Entry.objects.filter(idempotency_key=key).count() == 1, key
+    assert StellarReceipt.objects.get(pk=receipt.pk).settled_at is not None
+    assert ledger.trial_balance().ok
+    assert compared(reconcile(), "stellar:distribution USDC")["difference"] == books_before
+    assert sandbox_payouts(clean_sandbox, remittance.transaction_id) == []
