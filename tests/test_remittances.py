@@ -1153,6 +1153,62 @@ def test_a_hub_payment_whose_commits_were_lost_is_not_paid_again(
     assert_hub_matches_chain(hub_chain + D(AMOUNT))
 
 
+@pytest.mark.parametrize("check", [True, False], ids=["check on", "check off"])
+def test_a_partner_refund_whose_commits_were_lost_is_not_followed_by_funding_the_anchor(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, check):
+    """Chaos seed 3 with two burners (traced from its databases): the receiving anchor
+    refused before funding, the compensation refunded the partner's 11.25 USDC under
+    the reference, then a failover lost every commit of that run (steps, bookings, the
+    hub payment row) while the chain kept the refund. The saga ran again from its first
+    leg, matched the partner's payment again and funded the anchor's new transaction:
+    the hub paid 11.25 twice, the ledger held neither. Now the fill leg finds the hub's
+    unrecorded refund to the partner under the reference and stops for a person,
+    booking the fill and the refund as the compensation does; nothing goes to the
+    anchor. Check off: the anchor is funded and the hub's books differ from its chain."""
+    from sagas.plans.remittance import AnchorFund, BridgeFill
+
+    unpatched = AnchorFund.__dict__["_check_not_rejected"]
+    if not check:
+        monkeypatch.setattr(BridgeFill, "_check_no_lost_refund",
+                            staticmethod(lambda ctx, moved, first, fill: None))
+    corridor_on_sandbox.http.post("/horizon/sandbox/fund", json={  # a float on the hub,
+        "account": hub.hub_address(), "amount": AMOUNT}).raise_for_status()  # to pay twice
+    corridor_on_sandbox.fault("anchor31.reject_before_funding", times=1)
+    rejected_first(monkeypatch)
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+    before = rewind.mark()
+    ends(remittance["id"], S.COMPENSATED)
+    [refund] = transfers(remittance["memo"], source=hub.hub_address(),
+                         destination=partner_wallet["account"])
+    assert rewind.rewind(before)["saga_hub_payments"] == 1
+    monkeypatch.setattr(AnchorFund, "_check_not_rejected", unpatched)  # the next one is not
+
+    def funded() -> list:  # hub -> anyone but the partner, the remittance's amount
+        return [t for t in stellar.find_transfers_by_reference(hub.hub_address(), None)
+                if t.source == hub.hub_address()
+                and t.destination != partner_wallet["account"] and t.amount == D(AMOUNT)]
+
+    wait_for(lambda: engine.run(remittance["id"], "rescuer", dispatch=False).status
+             not in Saga.OPEN_STATUSES or funded(), timeout=30,
+             what="the saga stopped, or the anchor funded",
+             explain=lambda: list(SagaEvent.objects.filter(saga_id=remittance["id"])
+                                  .order_by("-id").values_list("idx", "event", "detail")[:4]))
+    saga = Saga.objects.get(pk=remittance["id"])
+    funded = funded()
+    if not check:
+        assert funded, f"{saga.status}: {saga.error}"  # the anchor was paid after all
+        with pytest.raises(AssertionError, match="chain moved"):
+            assert_hub_matches_chain(hub_chain + D(AMOUNT))
+        return
+    assert saga.status == S.MANUAL_REVIEW, saga.error
+    assert "already refunded the partner" in saga.error and refund.tx_hash in saga.error
+    assert funded == []
+    assert kinds(saga.pk) == ["bridge.fill", "bridge.unfill", "bridge.refund"]
+    assert net(saga.pk).get(("hub", "USDC"), D(0)) == 0
+    assert_hub_matches_chain(hub_chain + D(AMOUNT))
+
+
 # --- USDC under a memo no saga owns (issue 25 §2: the saga's commits lost) -------------
 
 def hub_returns() -> list[Saga]:

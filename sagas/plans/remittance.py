@@ -89,7 +89,7 @@ from sagas.legs import (
     Pending,
     Plan,
 )
-from sagas.models import SagaEvent
+from sagas.models import HubPayment, SagaEvent
 from sagas.plans import register
 
 USDC = "USDC"
@@ -219,10 +219,11 @@ class BridgeFill(Leg):
             # Past the grace, "no payment" must rest on a history that reaches fund_by
             # (issue 25 §1): its height is read first (a node's history only grows).
             height = stellar.history_height() if expiring else None
-            incoming = [t for t in stellar.find_transfers_by_reference(
-                address, ctx.saga.reference, ctx.stellar_cursor) if t.destination == address]
+            moved = stellar.find_transfers_by_reference(
+                address, ctx.saga.reference, ctx.stellar_cursor)
         except stellar.HorizonUnavailable as exc:
             return Pending(settings.REMITTANCE_FUNDING_POLL_S, f"Horizon: {exc}")
+        incoming = [t for t in moved if t.destination == address]
         if not incoming:
             # One read that shows nothing is proof only past the grace, and only from a
             # history that reaches fund_by: Horizon's history lags behind the ledger
@@ -245,11 +246,49 @@ class BridgeFill(Leg):
             raise ManualReviewError(
                 f"payments under {ctx.saga.reference} do not match the remittance "
                 f"({inp['partner_account']} {amount} USDC): {seen}")
+        fill = Booking("bridge.fill", [Line(HUB, USDC, amount),
+                                       Line(_partner(ctx), USDC, -amount)],
+                       reference=first.tx_hash)
+        self._check_no_lost_refund(ctx, moved, first, fill)
         return LegOutcome(
             output={"tx_hash": first.tx_hash, "from": first.source, "amount": str(amount)},
-            bookings=[Booking("bridge.fill", [Line(HUB, USDC, amount),
-                                              Line(_partner(ctx), USDC, -amount)],
-                              reference=first.tx_hash)])
+            bookings=[fill])
+
+    @staticmethod
+    def _check_no_lost_refund(ctx: LegContext, moved: list[stellar.Transfer],
+                              first: stellar.Transfer, fill: Booking) -> None:
+        """Before the saga goes on: the hub already sent USDC back to the partner under
+        the reference, and no ``saga_hub_payments`` row holds that payment. Every hub
+        payment's row is committed before its envelope is sent, so a failover lost the
+        commits of this saga's compensation (issue 25 §2; chaos seed 3 with two burners:
+        the anchor refused, the partner was refunded, the failover lost it, the saga ran
+        again and funded the anchor's new transaction: 11.25 USDC moved twice). Raises
+        ManualReviewError with the evidence, booking the fill and each such refund as
+        the compensation books it (``bridge.unfill``, ``bridge.refund`` under its hash)
+        in the same commit as the stop, so the hub's books equal its chain and nothing
+        is paid to the anchor."""
+        address = hub.hub_address()
+        out = [t for t in moved if t.source == address and t.destination == first.source
+               and t.asset == stellar.usdc_asset_id()]
+        recorded = set(HubPayment.objects.filter(tx_hash__in=[t.tx_hash for t in out])
+                       .values_list("tx_hash", flat=True))
+        lost = [t for t in out if t.tx_hash not in recorded]
+        if not lost:
+            return
+        partner = _partner(ctx)
+        refunds = partner_refunds_account(ctx.saga.input["partner"])
+        raise ManualReviewError(
+            "the hub already refunded the partner under this remittance's reference with "
+            "no record of it (commits lost): " + ", ".join(
+                f"{t.tx_hash} {format(t.amount, 'f')} USDC" for t in lost)
+            + "; booked as its refund, the anchor not funded",
+            bookings=[fill] + [b for t in lost for b in (
+                Booking("bridge.unfill", [Line(partner, USDC, t.amount),
+                                          Line(refunds, USDC, -t.amount)],
+                        reference=t.tx_hash),
+                Booking("bridge.refund", [Line(refunds, USDC, t.amount),
+                                          Line(HUB, USDC, -t.amount)],
+                        reference=t.tx_hash))])
 
     def compensate(self, ctx: LegContext, output: dict[str, Any]) -> LegOutcome | Pending:
         """Send back on Stellar what the saga still holds for the partner, to the account
