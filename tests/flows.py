@@ -208,11 +208,18 @@ def assert_released_once(wallet, transaction_id):
     return release
 
 
-def start_withdrawal(sandbox, *, amount="10", account=None, **beneficiary):
-    """A funded wallet starts a withdrawal and fills the form; returns (wallet, id, pay)."""
+def opened_withdrawal(sandbox, *, account=None):
+    """A wallet funded with 100 USDC opens a withdrawal (the form not filled yet);
+    returns (wallet, id, the form's url)."""
     wallet = Wallet(sandbox)
     wallet.fund_usdc("100")
     transaction_id, url = wallet.start_withdrawal(account=account)
+    return wallet, transaction_id, url
+
+
+def start_withdrawal(sandbox, *, amount="10", account=None, **beneficiary):
+    """A funded wallet starts a withdrawal and fills the form; returns (wallet, id, pay)."""
+    wallet, transaction_id, url = opened_withdrawal(sandbox, account=account)
     pay = Customer(sandbox).submit_withdrawal(url, amount, **beneficiary)
     return wallet, transaction_id, pay
 

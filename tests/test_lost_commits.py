@@ -54,6 +54,7 @@ from tests.flows import (
     ap,
     assert_payout_once,
     assert_released_once,
+    opened_withdrawal,
     paid_deposit,
     pending_anchor_withdrawal,
     purge_broker,
@@ -577,9 +578,7 @@ def test_a_withdrawal_request_lost_after_ap_took_it_is_rebuilt_and_its_receipt_p
     # given a withdrawal the customer submitted, AP waiting for its USDC
     clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
     settings.RECEIPT_GRACE_S = 0.3
-    wallet = Wallet(clean_sandbox)
-    wallet.fund_usdc("100")
-    transaction_id, url = wallet.start_withdrawal()
+    wallet, transaction_id, url = opened_withdrawal(clean_sandbox)
     before = rewind.mark()
     pay = Customer(clean_sandbox).submit_withdrawal(url, "10")
     assert ap(transaction_id)["status"] == "pending_user_transfer_start"
@@ -654,9 +653,7 @@ def test_a_request_and_payout_lost_after_ap_completed_are_rebuilt_not_paid_again
     # given a withdrawal submitted, paid by the wallet, paid out and completed in AP
     clean_sandbox.fault("razorpayx.settle_delay", seconds=0.2)
     settings.RECEIPT_GRACE_S = 0.3
-    wallet = Wallet(clean_sandbox)
-    wallet.fund_usdc("100")
-    transaction_id, url = wallet.start_withdrawal()
+    wallet, transaction_id, url = opened_withdrawal(clean_sandbox)
     before = rewind.mark()
     pay = Customer(clean_sandbox).submit_withdrawal(url, "10")
     wallet.pay(destination=pay["destination"], amount="10", memo=pay["memo"])
@@ -686,9 +683,7 @@ def _lost_request_with_raised_receipt(sandbox, settings, amount: str = "10"):
     ``amount`` USDC with the memo and the classifier raised the receipt ("unknown
     memo"). Returns (wallet, transaction id, receipt)."""
     settings.RECEIPT_GRACE_S = 0.3
-    wallet = Wallet(sandbox)
-    wallet.fund_usdc("100")
-    transaction_id, url = wallet.start_withdrawal()
+    wallet, transaction_id, url = opened_withdrawal(sandbox)
     before = rewind.mark()
     pay = Customer(sandbox).submit_withdrawal(url, "10")
     assert rewind.rewind(before)["withdrawal_requests"] == 1
@@ -775,9 +770,7 @@ def test_a_refunded_withdrawal_whose_request_and_refund_were_lost_is_not_refunde
     USDC back a second time."""
     # given a short withdrawal whose USDC an operator refunded (AP refunded)
     settings.RECEIPT_GRACE_S = 0.3
-    wallet = Wallet(clean_sandbox)
-    wallet.fund_usdc("100")
-    transaction_id, url = wallet.start_withdrawal()
+    wallet, transaction_id, url = opened_withdrawal(clean_sandbox)
     before = rewind.mark()
     pay = Customer(clean_sandbox).submit_withdrawal(url, "10")
     wallet.pay(destination=pay["destination"], amount="9.5", memo=pay["memo"])
