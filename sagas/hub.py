@@ -104,12 +104,19 @@ def unrecorded(*, destination: str, amount: Decimal, memo: str,
     payment is one whose commits a failover lost (issue 25 §2). Raises
     stellar.HorizonUnavailable."""
     hub = hub_address()
-    found = [t for t in stellar.transfers_after(hub, cursor)
-             if t.source == hub and t.destination == destination and t.amount == amount
-             and t.asset == stellar.usdc_asset_id() and t.memo != memo]
-    recorded = set(HubPayment.objects.filter(tx_hash__in=[t.tx_hash for t in found])
+    return without_rows([t for t in stellar.transfers_after(hub, cursor)
+                         if t.source == hub and t.destination == destination
+                         and t.amount == amount and t.asset == stellar.usdc_asset_id()
+                         and t.memo != memo])
+
+
+def without_rows(transfers: list[stellar.Transfer]) -> list[stellar.Transfer]:
+    """The ones of ``transfers`` (hub payments read from Horizon) whose hash no
+    ``saga_hub_payments`` row holds: every hub payment's row is committed before its
+    envelope is sent, so each is a payment whose commits a failover lost. One query."""
+    recorded = set(HubPayment.objects.filter(tx_hash__in=[t.tx_hash for t in transfers])
                    .values_list("tx_hash", flat=True))
-    return [t for t in found if t.tx_hash not in recorded]
+    return [t for t in transfers if t.tx_hash not in recorded]
 
 
 def return_memo(payment_hash: str) -> str:

@@ -42,7 +42,6 @@ from ledger.models import Entry
 from ledger.services import Line
 from sagas import hub, remittances
 from sagas.legs import Booking, Leg, LegContext, LegOutcome, ManualReviewError, Pending, Plan
-from sagas.models import HubPayment
 from sagas.plans import register, remittance
 
 KIND = "hub_return"
@@ -122,11 +121,10 @@ class HubReturn(Leg):
         out = [t for t in stellar.transfers_after(address, ctx.stellar_cursor)
                if t.source == address and t.amount == amount
                and t.asset == stellar.usdc_asset_id() and t.memo != payment.memo]
-        hashes = [t.tx_hash for t in out]
-        known = set(HubPayment.objects.filter(tx_hash__in=hashes)
-                    .values_list("tx_hash", flat=True)) | set(
-            Entry.objects.filter(reference__in=hashes).values_list("reference", flat=True))
-        lost = [t for t in out if t.tx_hash not in known]
+        unrowed = hub.without_rows(out)
+        booked = set(Entry.objects.filter(reference__in=[t.tx_hash for t in unrowed])
+                     .values_list("reference", flat=True))
+        lost = [t for t in unrowed if t.tx_hash not in booked]
         if not lost:
             return None
         for t in lost:

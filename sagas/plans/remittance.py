@@ -89,7 +89,7 @@ from sagas.legs import (
     Pending,
     Plan,
 )
-from sagas.models import HubPayment, SagaEvent
+from sagas.models import SagaEvent
 from sagas.plans import register
 
 USDC = "USDC"
@@ -268,11 +268,9 @@ class BridgeFill(Leg):
         in the same commit as the stop, so the hub's books equal its chain and nothing
         is paid to the anchor."""
         address = hub.hub_address()
-        out = [t for t in moved if t.source == address and t.destination == first.source
-               and t.asset == stellar.usdc_asset_id()]
-        recorded = set(HubPayment.objects.filter(tx_hash__in=[t.tx_hash for t in out])
-                       .values_list("tx_hash", flat=True))
-        lost = [t for t in out if t.tx_hash not in recorded]
+        lost = hub.without_rows([t for t in moved if t.source == address
+                                 and t.destination == first.source
+                                 and t.asset == stellar.usdc_asset_id()])
         if not lost:
             return
         partner = _partner(ctx)
