@@ -15,6 +15,7 @@ import os
 import socket
 
 from celery import shared_task
+from django.conf import settings
 
 from sagas import engine, latemoney
 
@@ -32,9 +33,14 @@ def run_saga(self, saga_id: int) -> str | None:
 
 @shared_task
 def resume_sagas() -> int:
+    """Enqueue a run of every due saga. Each run expires after PERIODIC_EXPIRY_PERIODS
+    sweep periods unrun (the next sweep sends another while the saga is still due), so a
+    saga due for a while never has more than a few runs queued."""
     ids = engine.resume_due()
+    periods = settings.PERIODIC_EXPIRY_PERIODS
+    expires = max(1.0, settings.SAGA_RESUME_PERIOD_S * periods) if periods > 0 else None
     for saga_id in ids:
-        run_saga.apply_async(kwargs={"saga_id": saga_id})
+        run_saga.apply_async(kwargs={"saga_id": saga_id}, expires=expires)
     if ids:
         log.info("resumed %d due sagas", len(ids))
     return len(ids)

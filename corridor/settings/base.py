@@ -475,6 +475,11 @@ SAGA_LEASE_S = env.float("SAGA_LEASE_S", default=120.0)
 # Beat sweep: resumes open sagas whose lease lapsed or whose retry/pending is due.
 SAGA_RESUME_PERIOD_S = env.float("SAGA_RESUME_PERIOD_S", default=30.0)
 SAGA_RESUME_BATCH = env.int("SAGA_RESUME_BATCH", default=500)
+# A periodic sweep's message, and a run the saga sweep enqueued, is dropped unrun once it
+# waited this many of its periods in the queue (the next sweep sends another): a loaded
+# worker drains a backlog of stale sweeps in milliseconds instead of running each one.
+# 0: never dropped.
+PERIODIC_EXPIRY_PERIODS = env.float("PERIODIC_EXPIRY_PERIODS", default=2.0)
 # Legs that do not set their own: attempts per step, first retry delay (doubling).
 SAGA_DEFAULT_MAX_ATTEMPTS = env.int("SAGA_DEFAULT_MAX_ATTEMPTS", default=5)
 SAGA_DEFAULT_BACKOFF_MS = env.int("SAGA_DEFAULT_BACKOFF_MS", default=1000)
