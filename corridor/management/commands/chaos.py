@@ -28,7 +28,7 @@ violation. One line per seed; on a violation the seed and its schedule; last::
 
     chaos: seeds=S runs=R faults_fired=K fault_types=T process_kills=P violations=0 \\
         double_payments=0 double_payouts=0 stranded=0 ap_mismatches=0 manual_review=M \\
-        ledger_matches_chain=yes settle_s=… elapsed_s=…
+        ledger_matches_chain=yes queue_max=Q settle_s=… elapsed_s=…
 
 ``--protection-off NAME`` (``PROTECTIONS``: envelope_rule, payout_guard, fencing,
 step_keys, sweepers, receipt_classifier, notify_contradiction, refund_guard,
@@ -209,6 +209,7 @@ class _SeedResult:
     fired: dict[str, int] = field(default_factory=dict)
     process: dict[str, int] = field(default_factory=dict)
     figures: invariants.Figures = field(default_factory=invariants.Figures)
+    queue_max: int = 0  # most messages waiting in the Celery queue at one sample
 
 
 def schedule(seed: int, catalogue: list[str], *, traffic_s: float, deposits: int,
@@ -245,6 +246,8 @@ class _Campaign:
         self.broker = settings.CELERY_BROKER_URL
         self.lock = threading.Lock()
         self.wallet_faults: dict[str, list[int]] = {}  # name -> [times, fired]
+        self.queue_max = 0  # the current seed's deepest Celery queue (_watch_queue)
+        self.stopping = threading.Event()
 
     def say(self, line: str) -> None:
         self.out.write(line + "\n")
@@ -347,6 +350,7 @@ class _Campaign:
             for name, why in sorted(SOMETIMES.items()):
                 if name in self.catalogue:
                     self.say(f"chaos: switched on, traffic may not meet it: {name} ({why})")
+            threading.Thread(target=self._watch_queue, daemon=True).start()
             for seed in range(self.o["seed"], self.o["seed"] + self.o["seeds"]):
                 result = self.run_seed(seed)
                 results.append(result)
@@ -354,8 +358,22 @@ class _Campaign:
                 if self.o["until_violation"] and result.figures.violations:
                     break
         finally:
+            self.stopping.set()
             self.sup.stop_all()
         return self.closing(results, time.monotonic() - started)
+
+    def _watch_queue(self) -> None:
+        """Sample the Celery queue's length every second (``queue_max`` per seed): a
+        queue that only grows means the workers fall behind beat, and everything queued
+        waits behind it (the loaded campaign's sagas once waited minutes)."""
+        import redis
+
+        client = redis.Redis.from_url(self.broker, socket_timeout=2)
+        while not self.stopping.wait(1.0):
+            try:
+                self.queue_max = max(self.queue_max, int(client.llen("celery")))
+            except redis.RedisError:  # restart_redis: the next sample
+                continue
 
     def run_seed(self, seed: int) -> _SeedResult:
         t0 = time.monotonic()
@@ -364,6 +382,7 @@ class _Campaign:
                         remittances=self.o["remittances"], faults=not self.no_faults,
                         inbound=self.o["inbound"], late_deposits=self.o["late_deposits"])
         result = _SeedResult(seed, plan)
+        self.queue_max = 0
         self.deposits: dict[str, str] = {}
         self.late_deposits: dict[str, str] = {}
         self.wallet_faults = {}
@@ -397,6 +416,7 @@ class _Campaign:
         self._settle()
         close_old_connections()
         self._check(result)
+        result.queue_max = self.queue_max
         return result
 
     def _mop_up(self, on: dict[str, float], result: _SeedResult, pool, seed: int) -> None:
@@ -906,7 +926,8 @@ class _Campaign:
                  f"{sum(1 for n in r.fired.values() if n)} process_kills="
                  f"{sum(r.process.values())} violations={len(r.figures.violations)} "
                  f"stranded={c.get('stranded', 0)} ledger_matches_chain="
-                 f"{'yes' if c.get('ledger_matches_chain') else 'no'}")
+                 f"{'yes' if c.get('ledger_matches_chain') else 'no'} "
+                 f"queue_max={r.queue_max}")
         if r.figures.violations:
             self.say(f"chaos: seed={r.seed} VIOLATIONS:")
             for v in r.figures.violations:
@@ -969,6 +990,7 @@ class _Campaign:
                  f"ledger_matches_chain={'yes' if ledger_ok else 'no'} "
                  f"books_match_outside={'yes' if books_ok else 'no'} "
                  f"breaks_open={breaks_open} breaks_injected={injected} "
+                 f"queue_max={max((r.queue_max for r in results), default=0)} "
                  f"settle_s={self.settle_s:g} elapsed_s={elapsed:.1f}")
         return 1 if violations else 0
 
