@@ -17,6 +17,7 @@ from anchor import (
     stellar,
     submissions,
 )
+from common.sweeps import Sweep
 
 log = logging.getLogger(__name__)
 RETRYABLE = (platform.PlatformError, stellar.HorizonUnavailable, stellar.NoChannelFree,
@@ -82,37 +83,37 @@ def inbound_drain() -> int:
     return inbox.drain()
 
 
-@shared_task
+@shared_task(base=Sweep)
 def reconcile_releases() -> dict:
     return reconciler.reconcile_releases()
 
 
-@shared_task
+@shared_task(base=Sweep)
 def sweep_ap_deposits() -> dict:
     return reconciler.sweep_ap_deposits()
 
 
-@shared_task
+@shared_task(base=Sweep)
 def reconcile_orders() -> dict:
     return reconciler.reconcile_orders()
 
 
-@shared_task
+@shared_task(base=Sweep)
 def sweep_unnotified() -> dict:
     return reconciler.sweep_unnotified()
 
 
-@shared_task
+@shared_task(base=Sweep)
 def expire_abandoned_deposits() -> int:
     return reconciler.expire_abandoned()
 
 
-@shared_task
+@shared_task(base=Sweep)
 def sweep_submissions() -> dict:
     return submissions.sweep_submissions()
 
 
-@shared_task
+@shared_task(base=Sweep)
 def erase_customers() -> int:
     """Erase the personal data of deleted customers past their retention."""
     from anchor import customers
@@ -132,6 +133,6 @@ def deposit_refund_drive(self, refund_id: int) -> str:
     return refund.status
 
 
-@shared_task
+@shared_task(base=Sweep)
 def sweep_deposit_refunds() -> dict:
     return refunds.sweep_refunds()

@@ -8,12 +8,13 @@ import time
 from celery import shared_task
 from django.conf import settings
 
+from common.sweeps import Sweep
 from ledger import services
 
 log = logging.getLogger(__name__)
 
 
-@shared_task
+@shared_task(base=Sweep)
 def rollup_balances() -> int:
     """Beat, every LEDGER_ROLLUP_PERIOD_S: sync the hot flags, then fold the hot
     accounts' deltas into their balances, LEDGER_ROLLUP_BATCH per transaction, until

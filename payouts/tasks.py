@@ -4,13 +4,14 @@ import logging
 
 from celery import shared_task
 
+from common.sweeps import Sweep
 from payouts import guard, poller, refunds
 from payouts.models import WithdrawalPayout
 
 log = logging.getLogger(__name__)
 
 
-@shared_task
+@shared_task(base=Sweep)
 def poll_withdrawals() -> dict:
     return poller.poll_withdrawals()
 
@@ -22,7 +23,7 @@ def payout_complete_ap(payout_id: int) -> None:
         guard.payout_complete_ap(payout=payout)
 
 
-@shared_task
+@shared_task(base=Sweep)
 def sweep_refunds() -> dict:
     return refunds.refund_sweep()
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from common.sweeps import Sweep
 
-@shared_task
+
+@shared_task(base=Sweep)
 def reconcile_today() -> dict:
     """The beat job: ``treasury.reconcile.reconcile`` for today (UTC). A rerun is
     harmless (breaks are kept by key). Returns the run's id, status and break count."""

@@ -475,11 +475,14 @@ SAGA_LEASE_S = env.float("SAGA_LEASE_S", default=120.0)
 # Beat sweep: resumes open sagas whose lease lapsed or whose retry/pending is due.
 SAGA_RESUME_PERIOD_S = env.float("SAGA_RESUME_PERIOD_S", default=30.0)
 SAGA_RESUME_BATCH = env.int("SAGA_RESUME_BATCH", default=500)
-# A periodic sweep's message, and a run the saga sweep enqueued, is dropped unrun once it
-# waited this many of its periods in the queue (the next sweep sends another): a loaded
-# worker drains a backlog of stale sweeps in milliseconds instead of running each one.
-# 0: never dropped.
-PERIODIC_EXPIRY_PERIODS = env.float("PERIODIC_EXPIRY_PERIODS", default=2.0)
+# A periodic sweep run by a worker starts only if no copy of it started in the last
+# SWEEP_MIN_GAP_S (common/sweeps.py): the stale copies a worker behind schedule finds
+# queued are acknowledged unrun. 0: every copy runs.
+SWEEP_MIN_GAP_S = env.float("SWEEP_MIN_GAP_S", default=5.0)
+# The saga sweep sends one run per due saga, then none for that saga for this long
+# unless a run started (sagas/tasks.py): a saga due for minutes has one run queued,
+# not one per sweep; a run lost with its worker is sent again after it. 0: every sweep.
+SAGA_RESUME_REQUEUE_S = env.float("SAGA_RESUME_REQUEUE_S", default=60.0)
 # Legs that do not set their own: attempts per step, first retry delay (doubling).
 SAGA_DEFAULT_MAX_ATTEMPTS = env.int("SAGA_DEFAULT_MAX_ATTEMPTS", default=5)
 SAGA_DEFAULT_BACKOFF_MS = env.int("SAGA_DEFAULT_BACKOFF_MS", default=1000)

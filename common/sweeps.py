@@ -1,0 +1,61 @@
+"""Periodic sweeps that a worker behind schedule does not run once per stale copy.
+
+Beat sends every sweep once per period whether or not a worker ran the last one. On a
+loaded machine the workers fall behind, and the queue fills with copies of the same
+sweeps (``make chaos --cpu-burners 2``: 289 messages queued, the fifteen one-second
+sweeps among them; the remittance sagas queued behind waited minutes). Dropping the
+copies by age (Celery ``expires``) was tried and starved: once the queue is older than
+the expiry, every copy expires and the sweep never runs.
+
+A task made with ``base=Sweep`` and run by a worker starts only if no copy of it
+started in the last SWEEP_MIN_GAP_S seconds (one Redis key per task, set with ``NX``
+and that expiry, shared by every worker); a later copy inside the gap is acknowledged
+unrun in a millisecond and logged. So a backlog drains at once, and the first copy a
+worker reaches after the gap runs: never starved. Called directly or eagerly (tests, a
+shell, a management command) it always runs. Redis unreachable (the broker is, too):
+it runs; a sweep is idempotent, so running twice costs time, never money.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import Task
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+KEY = "corridor:sweep-started:{name}"
+
+
+def broker_redis():
+    """A Redis client on the broker's server (short timeouts: a marker, never data)."""
+    import redis
+
+    return redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=1.0,
+                                socket_connect_timeout=1.0)
+
+
+def start_once(key: str, seconds: float) -> bool:
+    """True when ``key`` was not set in the last ``seconds`` (it is set now, with that
+    expiry), or ``seconds`` <= 0, or Redis did not answer."""
+    if seconds <= 0:
+        return True
+    try:
+        return bool(broker_redis().set(key, "1", nx=True, px=max(1, int(seconds * 1000))))
+    except Exception:  # noqa: BLE001 - the marker is an economy, never a condition
+        log.warning("marker %s not set (Redis unreachable): running anyway", key)
+        return True
+
+
+class Sweep(Task):
+    """Base of the periodic sweeps (module docstring)."""
+
+    def __call__(self, *args, **kwargs):
+        request = self.request
+        if request.called_directly or request.is_eager or \
+                start_once(KEY.format(name=self.name), settings.SWEEP_MIN_GAP_S):
+            return super().__call__(*args, **kwargs)
+        log.info("sweep %s: a copy started less than %gs ago; this one not run",
+                 self.name, settings.SWEEP_MIN_GAP_S)
+        return None
