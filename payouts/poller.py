@@ -191,9 +191,10 @@ def withdrawal_process(*, ap_tx: dict) -> str:
             return "not_ours"
         if settings.PAYOUT_GUARD:
             payout = payout_of(transaction_id).first()
-            if payout is None and ap_tx.get("status") == "pending_external":
-                # AP says a payout was started and we hold none: a lost commit. Found at
-                # RazorpayX by reference; otherwise the claim below replays its key.
+            if payout is None and ap_tx.get("status") in ("pending_external", "completed"):
+                # AP says a payout was started (or made) and we hold none: a lost commit.
+                # Found at RazorpayX by reference; otherwise the claim below replays its
+                # key (and AP completed with none at RazorpayX: payout_rebuild's review).
                 try:
                     payout = guard.payout_rebuild(request=request, ap_tx=ap_tx)
                 except rzp.RazorpayError as exc:
@@ -201,6 +202,10 @@ def withdrawal_process(*, ap_tx: dict) -> str:
                     return "error"
                 if payout is not None:
                     return f"payout_{payout.status}"
+                if ap_tx.get("status") == "completed":
+                    # Paid by someone, never by a claim of ours now: the next pass looks
+                    # again (the receipts rescanned), or a person (AP's confirmation).
+                    return "completed_unrecorded"
             if payout is not None:
                 guard.payout_resume(payout=payout)  # self-healing; never a second payout
                 return f"payout_{payout.status}"

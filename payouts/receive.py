@@ -367,17 +367,24 @@ def _rebuilt(ap_tx: dict, receiver: Customer | None,
 
 def lost_closed_transactions() -> list[dict[str, Any]]:
     """AP's SEP-31 receives ``completed``, ``refunded`` or ``expired`` that AP started in
-    the last RECEIVE_REBUILD_WINDOW_S with no request row in Corridor: closed in AP in the
-    seconds a failover lost (the poller's own listing, :func:`transactions`, covers the
-    open ones). Their rows are rebuilt (:func:`receive_rebuild`) so the USDC is booked
-    and the payout or refund recorded once. Empty with RECEIVE_REBUILD off."""
+    the last RECEIVE_REBUILD_WINDOW_S and closed in the seconds a failover lost (the
+    poller's own listing, :func:`transactions`, covers the open ones): with no request
+    row in Corridor, or ``completed`` with a request but no payout row (the request kept
+    as it was when the funds were asked for; its verification and payout lost: chaos,
+    20 loaded seeds, seed 2). Their rows are rebuilt (:func:`receive_rebuild`, then
+    ``guard.payout_rebuild``) so the USDC is booked and the payout or refund recorded
+    once. Empty with RECEIVE_REBUILD off."""
     if not settings.RECEIVE_REBUILD:
         return []
     closed = platform.list_transactions(
         statuses=["completed", "refunded", "expired"], kind="receive", sep="31",
         started_after=timezone.now() - timedelta(seconds=settings.RECEIVE_REBUILD_WINDOW_S))
-    known = set(requests_of([tx["id"] for tx in closed]))
-    return [tx for tx in closed if tx["id"] not in known]
+    ids = [tx["id"] for tx in closed]
+    known = set(requests_of(ids))
+    paid = set(WithdrawalPayout.objects.filter(transaction_id__in=ids)
+               .values_list("transaction_id", flat=True))
+    return [tx for tx in closed if tx["id"] not in known or (
+        tx.get("status") == "completed" and tx["id"] not in paid)]
 
 
 def requests_of(transaction_ids: list[str]):

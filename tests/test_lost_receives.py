@@ -190,6 +190,31 @@ def test_a_receive_lost_after_ap_completed_is_rebuilt_and_booked_not_paid_again(
     _assert_paid_once(clean_sandbox, remittance)
 
 
+def test_a_receive_completed_in_ap_whose_payout_was_lost_is_rebuilt_not_paid_again(
+        sa, clean_sandbox):
+    """Chaos seed 2 (20 seeds, two burners): ``inbound … not final: AP completed, payout
+    None, request awaiting_funds``. The request's row survived the failover as it was
+    when the funds were asked for; its verification, payout and booking did not, and
+    AP's completed receive was looked at by nobody (the lost-closed listing took only
+    receives with no request row)."""
+    # given a remittance decided and asked the funds for: the mark is after its request
+    remittance = sa.start(amount="24", receiver_fields=_receiver())
+    _until(remittance.transaction_id, "pending_sender")
+    before = rewind.mark()
+    sa.finish(remittance)
+    _until(remittance.transaction_id, "completed")
+    assert len(sandbox_payouts(clean_sandbox, remittance.transaction_id)) == 1
+
+    # when the failover loses everything after the funds request (AP keeps completed)
+    rewind.rewind(before)
+    assert _rows(remittance.transaction_id) == (1, 0)
+    assert WithdrawalRequest.objects.get(
+        transaction_id=remittance.transaction_id).status == "awaiting_funds"
+
+    # then the poller records RazorpayX's payout and books the USDC, paying nothing more
+    _assert_paid_once(clean_sandbox, remittance)
+
+
 def test_a_receive_whose_receiver_was_lost_too_is_held_for_a_person_never_paid(
         sa, clean_sandbox, settings):
     # given a remittance whose customers, quote and decision were all in the seconds lost
