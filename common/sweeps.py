@@ -7,13 +7,23 @@ sweeps among them; the remittance sagas queued behind waited minutes). Dropping 
 copies by age (Celery ``expires``) was tried and starved: once the queue is older than
 the expiry, every copy expires and the sweep never runs.
 
-A task made with ``base=Sweep`` and run by a worker starts only if no copy of it
-started in the last SWEEP_MIN_GAP_S seconds (one Redis key per task, set with ``NX``
-and that expiry, shared by every worker); a later copy inside the gap is acknowledged
-unrun in a millisecond and logged. So a backlog drains at once, and the first copy a
-worker reaches after the gap runs: never starved. Called directly or eagerly (tests, a
-shell, a management command) it always runs. Redis unreachable (the broker is, too):
-it runs; a sweep is idempotent, so running twice costs time, never money.
+Two rules keep a worker behind schedule from drowning in them:
+
+- Beat sends them at Redis priority SWEEP_PRIORITY (9; django-celery-beat's ``priority``
+  column), and the Redis transport serves a queue's priority 0 list (every other task:
+  a saga's run, a deposit's release, a webhook's follow-up) before it, so no event
+  waits behind a backlog of sweeps.
+- A task made with ``base=Sweep`` and run by a worker starts only if no copy of it is
+  running or ended less than SWEEP_MIN_GAP_S ago (one Redis key per task, set with
+  ``NX`` for at most SWEEP_MAX_RUN_S while it runs, then kept for the gap); a copy that
+  finds the key is acknowledged unrun in a millisecond and logged. So a backlog drains at
+  once, copies of one slow sweep never run side by side, and the first copy a worker
+  reaches after the gap runs: never starved. A worker killed mid-sweep holds the others
+  off for SWEEP_MAX_RUN_S at most.
+
+Called directly or eagerly (tests, a shell, a management command) a sweep always runs.
+Redis unreachable (the broker is, too): it runs; a sweep is idempotent, so running
+twice costs time, never money.
 """
 
 from __future__ import annotations
@@ -53,9 +63,25 @@ class Sweep(Task):
 
     def __call__(self, *args, **kwargs):
         request = self.request
-        if request.called_directly or request.is_eager or \
-                start_once(KEY.format(name=self.name), settings.SWEEP_MIN_GAP_S):
+        if request.called_directly or request.is_eager:
             return super().__call__(*args, **kwargs)
-        log.info("sweep %s: a copy started less than %gs ago; this one not run",
-                 self.name, settings.SWEEP_MIN_GAP_S)
-        return None
+        key = KEY.format(name=self.name)
+        if not start_once(key, max(settings.SWEEP_MAX_RUN_S, settings.SWEEP_MIN_GAP_S)):
+            log.info("sweep %s: a copy is running or ended less than %gs ago; this one "
+                     "not run", self.name, settings.SWEEP_MIN_GAP_S)
+            return None
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            _hold(key, settings.SWEEP_MIN_GAP_S)
+
+
+def _hold(key: str, seconds: float) -> None:
+    """Keep ``key`` for ``seconds`` from now (none: gone)."""
+    try:
+        if seconds > 0:
+            broker_redis().set(key, "1", px=max(1, int(seconds * 1000)))
+        else:
+            broker_redis().delete(key)
+    except Exception:  # noqa: BLE001 - it lapses by itself after SWEEP_MAX_RUN_S
+        log.warning("marker %s not renewed (Redis unreachable)", key)

@@ -18,6 +18,9 @@ import time
 
 import pytest
 from celery import current_app
+from django.core.management import call_command
+from django_celery_beat.models import PeriodicTask
+from django_celery_beat.schedulers import ModelEntry
 
 from common.sweeps import Sweep
 from corridor.schedules import periodic_tasks
@@ -33,11 +36,34 @@ SWEEPS = ("anchor.tasks.reconcile_releases", "ledger.tasks.rollup_balances",
 
 
 def _queued(task: str | None = None) -> int:
+    """Messages waiting in the default queue, its priority lists included."""
     import json
 
     with current_app.connection_for_write() as conn:
-        messages = conn.default_channel.client.lrange("celery", 0, -1)
+        client = conn.default_channel.client
+        messages = [m for key in client.keys("celery*") if client.type(key) == b"list"
+                    for m in client.lrange(key, 0, -1)]
     return sum(1 for m in messages if task is None or json.loads(m)["headers"]["task"] == task)
+
+
+def _send_as_beat(task: str) -> None:
+    """One message of the periodic task exactly as beat sends it: its row's ModelEntry,
+    whose options carry the row's ``priority``."""
+    entry = ModelEntry(PeriodicTask.objects.get(task=task), app=current_app)
+    current_app.send_task(entry.task, args=entry.args, kwargs=entry.kwargs, **entry.options)
+
+
+def _received(log: str) -> list[str]:
+    """Task names in the order the worker took them from the broker."""
+    import json
+
+    out = []
+    for line in log.splitlines():
+        if line.startswith("{") and '"celery.worker.strategy"' in line:
+            event = json.loads(line)["event"]
+            if event.endswith("received"):
+                out.append(event.split()[1].split("[")[0])
+    return out
 
 
 def _runs(log: str, task: str) -> tuple[int, int]:
@@ -64,14 +90,16 @@ def test_every_periodic_task_but_the_inbox_wake_is_a_sweep():
 
 @pytest.mark.parametrize("gap", ["on", "off"])
 def test_a_backlog_of_stale_sweeps_runs_one_copy_of_each(gap):
+    call_command("setup_periodic_tasks")
     purge_broker()
     for _ in range(BACKLOG):
         for task in SWEEPS:
-            current_app.send_task(task)  # what beat sends, once per period
+            _send_as_beat(task)  # what beat sends, once per period
     assert _queued() == BACKLOG * len(SWEEPS)
 
     worker = CeleryWorker(name=f"backlog-{gap}",
-                          SWEEP_MIN_GAP_S="600" if gap == "on" else "0")
+                          SWEEP_MIN_GAP_S="600" if gap == "on" else "0",
+                          SWEEP_MAX_RUN_S="600" if gap == "on" else "0")
     try:
         wait_for(lambda: _queued() == 0, timeout=240, what="the backlog drained")
         wait_for(lambda: sum(sum(_runs(worker.log_path.read_text(), t)) for t in SWEEPS)
@@ -114,3 +142,28 @@ def test_the_saga_sweep_queues_one_run_per_due_saga(settings, requeue):
     # the run started, so a saga due again is sent a run by the next pass at once
     assert not current_app.connection_for_write().default_channel.client.exists(
         tasks.QUEUED.format(id=saga.pk))
+
+
+@pytest.mark.parametrize("priority", ["on", "off"])
+def test_a_saga_run_queued_behind_a_backlog_of_sweeps_is_taken_first(settings, priority):
+    settings.SWEEP_PRIORITY = 9 if priority == "on" else 0
+    call_command("setup_periodic_tasks")
+    purge_broker()
+    for _ in range(BACKLOG):
+        for task in SWEEPS:
+            _send_as_beat(task)
+    saga = engine.start(kind="testing", reference=f"behind-{time.time_ns()}",
+                        input={"amount": "10.00"}, dispatch=True)  # its run, queued last
+
+    worker = CeleryWorker(name=f"behind-{priority}", concurrency=1)
+    try:
+        wait_for(lambda: Saga.objects.get(pk=saga.pk).status == "completed", timeout=240,
+                 what="the saga completed")
+    finally:
+        worker.stop()
+    taken = _received(worker.log_path.read_text())
+    if priority == "off":  # the protection switched off: first in, first out
+        assert taken[0] != "sagas.tasks.run_saga" and taken.index("sagas.tasks.run_saga") \
+            >= BACKLOG * len(SWEEPS) - 1, taken[:5]
+        return
+    assert taken[0] == "sagas.tasks.run_saga", taken[:5]

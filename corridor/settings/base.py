@@ -475,10 +475,13 @@ SAGA_LEASE_S = env.float("SAGA_LEASE_S", default=120.0)
 # Beat sweep: resumes open sagas whose lease lapsed or whose retry/pending is due.
 SAGA_RESUME_PERIOD_S = env.float("SAGA_RESUME_PERIOD_S", default=30.0)
 SAGA_RESUME_BATCH = env.int("SAGA_RESUME_BATCH", default=500)
-# A periodic sweep run by a worker starts only if no copy of it started in the last
-# SWEEP_MIN_GAP_S (common/sweeps.py): the stale copies a worker behind schedule finds
-# queued are acknowledged unrun. 0: every copy runs.
+# Periodic sweeps (common/sweeps.py): beat sends them at this Redis priority (9: served
+# after every other task); a worker runs a copy only if none is running (a running copy
+# holds the others off SWEEP_MAX_RUN_S at most: a worker killed mid-sweep) or ended less
+# than SWEEP_MIN_GAP_S ago; the rest are acknowledged unrun. 0 gap and 0 run: every copy.
+SWEEP_PRIORITY = env.int("SWEEP_PRIORITY", default=9)
 SWEEP_MIN_GAP_S = env.float("SWEEP_MIN_GAP_S", default=5.0)
+SWEEP_MAX_RUN_S = env.float("SWEEP_MAX_RUN_S", default=300.0)
 # The saga sweep sends one run per due saga, then none for that saga for this long
 # unless a run started (sagas/tasks.py): a saga due for minutes has one run queued,
 # not one per sweep; a run lost with its worker is sent again after it. 0: every sweep.

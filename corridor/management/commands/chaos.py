@@ -371,7 +371,10 @@ class _Campaign:
         client = redis.Redis.from_url(self.broker, socket_timeout=2)
         while not self.stopping.wait(1.0):
             try:
-                self.queue_max = max(self.queue_max, int(client.llen("celery")))
+                # the queue's priority lists too (sweeps at SWEEP_PRIORITY)
+                keys = client.keys("celery*")
+                self.queue_max = max(self.queue_max, sum(
+                    int(client.llen(k)) for k in keys if client.type(k) == b"list"))
             except redis.RedisError:  # restart_redis: the next sample
                 continue
 

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.core.management import BaseCommand
 from django.db import transaction
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
@@ -17,7 +18,9 @@ class Command(BaseCommand):
                 every=max(1, round(every)), period=IntervalSchedule.SECONDS)
             PeriodicTask.objects.update_or_create(
                 name=name, defaults={"task": task, "interval": schedule, "enabled": True,
-                                     # never dropped by age (common/sweeps.py says why)
-                                     "expires": None, "expire_seconds": None})
+                                     # never dropped by age, served after every other
+                                     # task (common/sweeps.py says why)
+                                     "expires": None, "expire_seconds": None,
+                                     "priority": settings.SWEEP_PRIORITY})
             names.append(name)
         self.stdout.write(f"periodic tasks: {len(names)} ({', '.join(names)})")
