@@ -367,9 +367,10 @@ def _drive(release: DepositRelease, *, redrive: bool) -> DepositRelease:
             if fate.state == envelopes.UNKNOWN:
                 return _undecided(release, fate)
             if fate.state == envelopes.DEAD:
+                stored = release.tx_hash
                 release = _rebuild(release, reason=f"stored envelope is dead: {fate.reason}")
-                if release.status == Status.MANUAL_REVIEW:
-                    return release
+                if release.status != Status.SUBMITTING or release.tx_hash == stored:
+                    return release  # review, adopted from the chain, or waiting for Horizon
 
     if settings.STELLAR_SUBMIT_MODE == "async":
         return _post_async(release)
@@ -392,9 +393,10 @@ def _drive(release: DepositRelease, *, redrive: bool) -> DepositRelease:
     if fate.state == envelopes.UNKNOWN:
         return _undecided(release, fate, note=f"refused ({reason}); ")
     if fate.state == envelopes.DEAD and result.tx_code in ("tx_bad_seq", "tx_too_late"):
+        stored = release.tx_hash
         release = _rebuild(release, reason=f"refused: {reason}; {fate.reason}")
-        if release.status != Status.MANUAL_REVIEW and not redrive:
-            return _drive(release, redrive=False)
+        if release.status == Status.SUBMITTING and release.tx_hash != stored and not redrive:
+            return _drive(release, redrive=False)  # a new envelope (not adopted, waiting)
         return release
     _set_status(release, Status.FAILED, f"refused: {reason}")
     return DepositRelease.objects.get(pk=release.pk)
@@ -431,9 +433,10 @@ def _post_async(release: DepositRelease) -> DepositRelease:
         _note(release, f"refused ({reason}) while alive: {fate.reason}")
         return DepositRelease.objects.get(pk=release.pk)
     if result.tx_code in ("tx_bad_seq", "tx_too_late"):
+        stored = release.tx_hash
         release = _rebuild(release, reason=f"refused: {reason}; {fate.reason}")
-        if release.status != Status.MANUAL_REVIEW:
-            return _post_async(release)
+        if release.status == Status.SUBMITTING and release.tx_hash != stored:
+            return _post_async(release)  # a new envelope (not adopted, not waiting)
         return release
     _set_status(release, Status.FAILED, f"refused: {reason}")
     return DepositRelease.objects.get(pk=release.pk)
@@ -563,7 +566,20 @@ def _undecided(release: DepositRelease, fate: envelopes.Fate, *,
 
 def _rebuild(release: DepositRelease, *, reason: str) -> DepositRelease:
     """Replace a provably dead envelope: new sequence, new bounds, new hash; one commit.
-    After RELEASE_MAX_ATTEMPTS the release goes to manual_review instead."""
+    After RELEASE_MAX_ATTEMPTS the release goes to manual_review instead.
+
+    First the chain is asked for this deposit's payment under a hash the row does not
+    hold (``landed_unrecorded``): an envelope built by an earlier rebuild whose commit
+    a failover lost, which landed (chaos, 20 loaded seeds, seed 4: the stored envelope
+    was the first, dead; its successor had paid 6.1834117 USDC; a third envelope paid
+    it again). Found: adopted, never rebuilt. The look counts only on a Horizon whose
+    history reaches the moment of the decision (``stellar.history_height`` closed within
+    RELEASE_REBUILD_HORIZON_LAG_S of now); a Horizon further behind, the release waits
+    for the next drive. RELEASE_LOST_SUCCESSOR_CHECK off: the test-only naive rebuild."""
+    if settings.RELEASE_LOST_SUCCESSOR_CHECK and release.status in _REBUILDABLE:
+        adopted = _adopt_lost_successor(release)
+        if adopted is not None:
+            return adopted
     with transaction.atomic():
         current = DepositRelease.objects.select_for_update().get(pk=release.pk)
         if current.tx_hash != release.tx_hash or current.status not in _REBUILDABLE:
@@ -585,6 +601,37 @@ def _rebuild(release: DepositRelease, *, reason: str) -> DepositRelease:
 
 # A stored envelope is replaced only while nothing of it was accepted yet.
 _REBUILDABLE = (Status.SUBMITTING, Status.FAILED)
+
+
+def _adopt_lost_successor(release: DepositRelease) -> DepositRelease | None:
+    """``_rebuild``'s look at the chain: the release, ``submitted`` with the found hash
+    and booked in one commit, then completed (steps 5-6); or the release unchanged with
+    a note when Horizon is too far behind to prove nothing landed; or None (nothing
+    landed: rebuild). Raises HorizonUnavailable."""
+    _, closed_at = stellar.history_height()
+    lag = timezone.now() - closed_at
+    if lag > timedelta(seconds=settings.RELEASE_REBUILD_HORIZON_LAG_S):
+        _note(release, f"not rebuilt: Horizon's history ends {lag.total_seconds():.1f}s "
+                       "ago, a lost successor envelope could be hidden")
+        return DepositRelease.objects.get(pk=release.pk)
+    order = DepositOrder.objects.get(transaction_id=release.transaction_id)
+    transfer = landed_unrecorded(order=order, destination=release.destination,
+                                 memo=release.memo)
+    if transfer is None:
+        return None
+    with transaction.atomic():
+        moved = DepositRelease.transition(
+            release.pk, _REBUILDABLE, Status.SUBMITTED, where=Q(tx_hash=release.tx_hash),
+            tx_hash=transfer.tx_hash,
+            last_error=f"adopted from the chain: {transfer.tx_hash} landed, built by a "
+                       "rebuild whose commit was lost; the stored envelope is dead")
+        if not moved:
+            return DepositRelease.objects.get(pk=release.pk)
+        _book_released(release)
+        stellar.free_channel(address=release.source_account, holder=release.transaction_id)
+    log.warning("release %s: a lost successor envelope %s landed: adopted, not rebuilt",
+                release.transaction_id, transfer.tx_hash)
+    return _complete(DepositRelease.objects.get(pk=release.pk))
 
 
 def _new_envelope(current: DepositRelease) -> dict:
@@ -714,9 +761,10 @@ def _after_no_trust(release: DepositRelease) -> DepositRelease:
         DepositRelease.objects.filter(pk=release.pk, status=Status.FAILED).update(
             last_error="trustline set")
     release.refresh_from_db()
+    stored = release.tx_hash
     release = _rebuild(release, reason="trustline set")
-    if release.status == Status.MANUAL_REVIEW:
-        return release
+    if release.status != Status.SUBMITTING or release.tx_hash == stored:
+        return release  # review, adopted from the chain, or waiting for Horizon
     return _drive(release, redrive=False)
 
 

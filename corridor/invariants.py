@@ -397,6 +397,10 @@ OPERATOR_ONLY = [
     # a saga's record of the anchor transaction its hub payment funded (SEP-31 has no
     # look-up by memo): rebuilt and booked from the chain, matched by a person
     r"rebuilt after a lost commit, not payable: .*not in Corridor|\(commits lost\)",
+    # USDC at the hub under a memo no saga and no reference of Corridor's names (an
+    # anchor's refund whose saga record a failover lost, or a stranger's payment): booked
+    # to owed:hub-unmatched and returned only by a person, who knows whose it is
+    r"arrived at the hub for no saga, under no reference Corridor issued",
     # a reconciliation break: the provider's record differs (a settlement or statement
     # fault); a person explains it or chases the provider
     r"^(razorpay|razorpayx|horizon) (missing_outside|missing_in_books|amount_differs|"

@@ -34,7 +34,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from anchor import operations as deposit_operations
-from anchor import platform, reconciler, stellar
+from anchor import platform, reconciler, releases, stellar
 from anchor import refunds as deposit_refunds
 from anchor.models import DepositOrder, DepositPayment, DepositRefund, DepositRelease
 from ledger import services as ledger
@@ -128,6 +128,46 @@ def test_a_release_lost_after_ap_completed_is_rebuilt_from_ap_and_the_chain(clea
     assert_released_once(wallet, transaction_id)
     assert DepositRelease.objects.get(transaction_id=transaction_id).tx_hash == \
         ap(transaction_id)["stellar_transactions"][0]["id"]
+
+
+@pytest.mark.parametrize("check", ["on", "off"])
+def test_a_release_whose_rebuild_was_lost_after_its_envelope_landed_pays_once(
+        clean_sandbox, settings, check):
+    """Chaos (20 loaded seeds, seed 4): ``double_payment deposit f2e5a235…: 2 USDC
+    payments``. The first envelope died; a rebuild built, stored and submitted a second,
+    which landed; the failover lost the rebuild's commit, so the row held the first
+    envelope again, provably dead, and the next drive rebuilt a third, which paid the
+    customer again. A rebuild first asks the chain for this deposit's payment under a
+    hash the row does not hold."""
+    settings.RELEASE_LOST_SUCCESSOR_CHECK = check == "on"
+    settings.STELLAR_TX_TIMEOUT_S = 8  # a rebuilt envelope still valid when a loaded
+    # machine gets to submit it (3 s ran out four times in a row beside a campaign)
+    wallet = Wallet(clean_sandbox)
+    transaction_id = paid_deposit(clean_sandbox, wallet)
+    clean_sandbox.fault("horizon.submit_drop", times=1, wait_s=0.3)  # never queued
+    first = releases.release_start(transaction_id=transaction_id)
+    assert (first.status, first.attempts) == ("submitting", 1), first.last_error
+    before = rewind.mark()
+    # the first envelope dies; the re-drive rebuilds it and the successor lands
+    wait_for(lambda: stellar.history_height()[1] > first.max_time, timeout=20,
+             what="a ledger closed after the first envelope's max_time")
+    rebuilt = settle(transaction_id)
+    assert (rebuilt.status, rebuilt.attempts) == ("completed", 2), rebuilt.last_error
+    assert len(wallet.usdc_payments()) == 1
+
+    # when the failover loses every commit after the first envelope was stored
+    rewind.rewind(before)
+    assert DepositRelease.objects.get(transaction_id=transaction_id).tx_hash == first.tx_hash
+
+    # then the re-drive finds the successor on chain and adopts it, paying nothing more
+    settle(transaction_id)
+    if check == "off":  # the naive rebuild: a third envelope pays the customer again
+        assert len(wallet.usdc_payments()) == 2
+        return
+    assert len(wallet.usdc_payments()) == 1
+    release = DepositRelease.objects.get(transaction_id=transaction_id)
+    assert (release.status, release.tx_hash) == ("completed", rebuilt.tx_hash)
+    assert_released_once(wallet, transaction_id)
 
 
 def test_a_deposit_order_lost_after_the_customer_paid_it_is_rebuilt_and_released_once(

@@ -365,6 +365,11 @@ QUOTE_FIRM_MAX_TTL_S = env.float("QUOTE_FIRM_MAX_TTL_S", default=3600.0)
 # Test-only switch: False makes a re-drive rebuild without looking for the stored hash
 # on chain (shows that the chain check is what prevents a second payment).
 RELEASE_CHAIN_CHECK = True
+# Before a dead envelope is replaced, the chain is asked for this deposit's payment under
+# a hash the row does not hold (a successor whose commit a failover lost), on a Horizon
+# whose history ends at most this many seconds ago (anchor/releases.py _rebuild).
+RELEASE_LOST_SUCCESSOR_CHECK = True  # test-only switch, never from the environment
+RELEASE_REBUILD_HORIZON_LAG_S = env.float("RELEASE_REBUILD_HORIZON_LAG_S", default=10.0)
 
 # How often the SEP-24 status page refreshes itself, in seconds.
 SEP24_STATUS_REFRESH_S = env.int("SEP24_STATUS_REFRESH_S", default=5)
