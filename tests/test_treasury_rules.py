@@ -318,6 +318,31 @@ def test_a_payment_the_books_made_from_razorpayx_that_it_never_debited_is_a_posi
     assert mine(payout.provider_payout_id, f"reversal:{payout.provider_payout_id}") == []
 
 
+def test_a_reversed_payout_whose_statement_fees_differ_leaves_no_balance_difference(recon):
+    """RazorpayX's reversal credits back what its debit row took (amount + the row's
+    fees, TREASURY §5), the books what they paid (amount + the payout entity's fees): a
+    debit row that took 1 INR more is given back 1 INR more, so the pair nets to nothing
+    on both sides. Found by chaos (seed 4): the payout row's -1.00 amount_differs stayed
+    counted after the reversal gave the rupee back, and the balance was 1.00 INR off for
+    good."""
+    recon.fault("razorpayx.statement_fee_mismatch", times=1, fees_extra=100, tax_extra=0)
+    before = reconcile()
+
+    payout = reversed_withdrawal(recon)
+    run = reconcile()
+
+    assert unexplained(run) == unexplained(before)
+    # Each row its own break, as an operator explains each with its own entry.
+    reference = f"reversal:{payout.provider_payout_id}"
+    assert mine(payout.provider_payout_id, reference) == [
+        ("razorpayx", "amount_differs", payout.provider_payout_id),
+        ("razorpayx", "amount_differs", reference)]
+    assert Break.objects.get(reference=payout.provider_payout_id).difference == Decimal("-1")
+    back = Break.objects.get(reference=reference)
+    assert back.difference == Decimal("1")
+    assert back.outside["credit"] == payout.amount_paise + payout.fees_paise + 100
+
+
 def test_payouts_debited_but_not_booked_paid_are_netted_as_in_flight(recon):
     before = reconcile()
     stuck = processing_payout(recon, "razorpayx.payout_stuck_processing")

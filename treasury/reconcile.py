@@ -36,7 +36,10 @@ RazorpayX (payouts), the account statement since the look-back's first day:
   is the new payment's); a payout Corridor booked paid that the statement does not show
   after TREASURY_STATEMENT_GRACE_S: ``missing_outside``;
 - each ``reversal`` row of a payout Corridor booked paid and not reversed:
-  ``missing_in_books`` (a reversal seen only in the statement, TREASURY §5);
+  ``missing_in_books`` (a reversal seen only in the statement, TREASURY §5); of one
+  booked reversed, its credit with what the books' reversal put back (``amount_differs``,
+  reference ``reversal:<payout id>``: RazorpayX gives back what its debit row took, so a
+  debit row's fees that differ come back differing too and the pair nets out);
 - the balance (``banking_balances``) with ``razorpayx:current`` once the payouts in
   flight (debited there, not booked paid yet) and the row breaks above (less what an
   operator's adjusting entry for one put in the books already) are taken into account:
@@ -247,7 +250,8 @@ def _razorpayx(day: date, counts: dict, balances: dict, covered: set[str]) -> li
         charged = _rupees(row.debit_paise + row.fees_paise)
         covered |= _keys("razorpayx", row.payout_id or row.transaction_id, K.MISSING_IN_BOOKS,
                          K.AMOUNT_DIFFERS, K.UTR_DIFFERS, K.MISSING_OUTSIDE)
-        covered |= _keys("razorpayx", f"reversal:{row.payout_id}", K.MISSING_IN_BOOKS)
+        covered |= _keys("razorpayx", f"reversal:{row.payout_id}", K.MISSING_IN_BOOKS,
+                         K.AMOUNT_DIFFERS)
         if row.kind == "payout":
             listed.add(row.payout_id or "")
             if payout is None:
@@ -283,14 +287,26 @@ def _razorpayx(day: date, counts: dict, balances: dict, covered: set[str]) -> li
                 delta += credit
                 continue
             kind = _kind(payout)
+            reversed_key = f"{kind}:{payout.transaction_id}:reversed"
             if not chart.posted(chart.paid_key(kind, payout.transaction_id)):
                 in_flight -= credit  # a payout that failed after its debit: nets out
-            elif not chart.posted(f"{kind}:{payout.transaction_id}:reversed"):
+            elif not chart.posted(reversed_key):
                 found.append(Found("razorpayx", K.MISSING_IN_BOOKS, f"reversal:{row.payout_id}",
                                    chart.RAZORPAYX_CURRENT, "INR", credit,
                                    {"status": payout.status, "booked": "paid, not reversed",
                                     "transaction_id": payout.transaction_id}, row.raw))
                 delta += credit
+            elif off := credit - _booked(reversed_key):
+                # RazorpayX gives back what its debit row took, the books what they paid:
+                # a debit row that took other fees (its own amount_differs) is given back
+                # other fees too, and the pair nets to nothing on both sides.
+                found.append(Found("razorpayx", K.AMOUNT_DIFFERS, f"reversal:{row.payout_id}",
+                                   chart.RAZORPAYX_CURRENT, "INR", off,
+                                   {"status": payout.status, "booked": str(credit - off),
+                                    "amount_paise": payout.amount_paise,
+                                    "fees_paise": payout.fees_paise,
+                                    "transaction_id": payout.transaction_id}, row.raw))
+                delta += off
     grace = now - timedelta(seconds=settings.TREASURY_STATEMENT_GRACE_S)
     # Compared: every payout of the look-back but a paid one still inside the grace
     # (one not completed is owed no statement row); one older is not read.
@@ -337,6 +353,13 @@ def _adjusted(keys: list[str]) -> Decimal:
         entry__idempotency_key__in=adjusting,
         account__code=chart.RAZORPAYX_CURRENT, account__currency="INR",
     ).values_list("amount", flat=True), ZERO)
+
+
+def _booked(key: str) -> Decimal:
+    """What the books' entry ``key`` posted on ``razorpayx:current`` (INR)."""
+    return sum(Posting.objects.filter(
+        entry__idempotency_key=key, account__code=chart.RAZORPAYX_CURRENT,
+        account__currency="INR").values_list("amount", flat=True), ZERO)
 
 
 def _funded(row: rzpx.StatementRow) -> bool:
