@@ -220,10 +220,13 @@ def restart_postgres() -> None:
 
 
 def drop_task(broker_url: str, queue: str = "celery", wait_s: float = 10.0) -> bool:
-    """Take the next Celery message off Redis list ``queue`` and throw it away, as if
-    the broker lost it; True if one came within ``wait_s``. The workers wait on the
-    list with BRPOP too; Redis serves blocked clients first come, first served, so this
-    takes the next message that would have gone to a worker."""
+    """Take the next Celery message off Redis list ``queue`` (or off one of its priority
+    lists: the sweeps are sent at SWEEP_PRIORITY, common/sweeps.py) and throw it away,
+    as if the broker lost it; True if one came within ``wait_s``. The workers wait on
+    the lists with BRPOP too; Redis serves blocked clients first come, first served, so
+    this takes the next message that would have gone to a worker. Once the events had
+    a list of their own, it waited on that list alone, mostly empty, and lost the race
+    for a whole seed (chaos: "process fault drop_task did not fire")."""
     import redis
 
     deadline = time.monotonic() + wait_s
@@ -231,7 +234,9 @@ def drop_task(broker_url: str, queue: str = "celery", wait_s: float = 10.0) -> b
         client = redis.Redis.from_url(broker_url, socket_timeout=wait_s + 2)
         try:
             left = max(1, int(deadline - time.monotonic()))
-            return client.brpop([queue], timeout=left) is not None
+            # kombu's Redis transport: priority n > 0 is the list "<queue>\x06\x16<n>"
+            lists = [queue] + [f"{queue}\x06\x16{n}" for n in (3, 6, 9)]
+            return client.brpop(lists, timeout=left) is not None
         except redis.RedisError:
             time.sleep(0.2)  # the broker is restarting
         finally:
