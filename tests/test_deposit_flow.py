@@ -8,10 +8,12 @@ deposit, counted on the sandbox's Stellar ledger, and invariant 6: AP ends
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 
 import pytest
 from django.conf import settings
+from django.db import connection
 
 from anchor import deposits, platform, reconciler, releases
 from anchor.models import DepositOrder, DepositPayment, DepositRelease, InboundEvent
@@ -359,11 +361,20 @@ def test_a_destination_missing_past_the_review_time_goes_to_an_operator(clean_sa
 
 def test_twenty_concurrent_releases_from_one_source_account(clean_sandbox, settings):
     assert not settings.STELLAR_CHANNEL_SECRETS  # the distribution account alone
-    wallets, ids = [], []
-    for _ in range(20):
-        wallet = Wallet(clean_sandbox)
-        wallets.append(wallet)
-        ids.append(paid_deposit(clean_sandbox, wallet, amount="500"))
+
+    def one(_) -> tuple[Wallet, str]:
+        try:
+            wallet = Wallet(clean_sandbox)
+            return wallet, paid_deposit(clean_sandbox, wallet, amount="500")
+        finally:
+            connection.close()
+
+    # Twenty paid deposits, four made at a time (their set-up waits on ledger closes and
+    # webhooks); no worker runs yet, so no release starts before the tasks below.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        wallets, ids = (list(column) for column in zip(*pool.map(one, range(20)),
+                                                       strict=True))
+    purge_broker()  # what one deposit's events queued while another's was being made
     from anchor import tasks
 
     swept = [time.monotonic()]
