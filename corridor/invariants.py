@@ -423,7 +423,9 @@ def _mask(reason: str) -> str:
     reason = re.sub(r"\b[0-9a-f]{16,}\b", "<hex>", reason.strip().splitlines()[0] if reason
                     else "")
     reason = re.sub(r"\b[GMC][A-Z2-7]{55,68}\b", "<account>", reason)
-    return re.sub(r"\d+(\.\d+)?", "<n>", reason)[:160]
+    # The whole first line: a person's reason may say so past any cut (the hub return's
+    # "(commits lost)" sits past character 160; a cut there read it as a retry's).
+    return re.sub(r"\d+(\.\d+)?", "<n>", reason)[:2000]
 
 
 def retryable_reasons(reasons: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
