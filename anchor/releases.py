@@ -369,8 +369,8 @@ def _drive(release: DepositRelease, *, redrive: bool) -> DepositRelease:
             if fate.state == envelopes.DEAD:
                 stored = release.tx_hash
                 release = _rebuild(release, reason=f"stored envelope is dead: {fate.reason}")
-                if release.status != Status.SUBMITTING or release.tx_hash == stored:
-                    return release  # review, adopted from the chain, or waiting for Horizon
+                if not _replaced(stored, release):
+                    return release
 
     if settings.STELLAR_SUBMIT_MODE == "async":
         return _post_async(release)
@@ -395,8 +395,8 @@ def _drive(release: DepositRelease, *, redrive: bool) -> DepositRelease:
     if fate.state == envelopes.DEAD and result.tx_code in ("tx_bad_seq", "tx_too_late"):
         stored = release.tx_hash
         release = _rebuild(release, reason=f"refused: {reason}; {fate.reason}")
-        if release.status == Status.SUBMITTING and release.tx_hash != stored and not redrive:
-            return _drive(release, redrive=False)  # a new envelope (not adopted, waiting)
+        if _replaced(stored, release) and not redrive:
+            return _drive(release, redrive=False)
         return release
     _set_status(release, Status.FAILED, f"refused: {reason}")
     return DepositRelease.objects.get(pk=release.pk)
@@ -435,8 +435,8 @@ def _post_async(release: DepositRelease) -> DepositRelease:
     if result.tx_code in ("tx_bad_seq", "tx_too_late"):
         stored = release.tx_hash
         release = _rebuild(release, reason=f"refused: {reason}; {fate.reason}")
-        if release.status == Status.SUBMITTING and release.tx_hash != stored:
-            return _post_async(release)  # a new envelope (not adopted, not waiting)
+        if _replaced(stored, release):
+            return _post_async(release)
         return release
     _set_status(release, Status.FAILED, f"refused: {reason}")
     return DepositRelease.objects.get(pk=release.pk)
@@ -603,6 +603,12 @@ def _rebuild(release: DepositRelease, *, reason: str) -> DepositRelease:
 _REBUILDABLE = (Status.SUBMITTING, Status.FAILED)
 
 
+def _replaced(stored_hash: str, release: DepositRelease) -> bool:
+    """After ``_rebuild``: a new envelope to submit (not review, not adopted from the
+    chain, not waiting for Horizon with the old one): only then may the caller go on."""
+    return release.status == Status.SUBMITTING and release.tx_hash != stored_hash
+
+
 def _adopt_lost_successor(release: DepositRelease) -> DepositRelease | None:
     """``_rebuild``'s look at the chain: the release, ``submitted`` with the found hash
     and booked in one commit, then completed (steps 5-6); or the release unchanged with
@@ -763,8 +769,8 @@ def _after_no_trust(release: DepositRelease) -> DepositRelease:
     release.refresh_from_db()
     stored = release.tx_hash
     release = _rebuild(release, reason="trustline set")
-    if release.status != Status.SUBMITTING or release.tx_hash == stored:
-        return release  # review, adopted from the chain, or waiting for Horizon
+    if not _replaced(stored, release):
+        return release
     return _drive(release, redrive=False)
 
 

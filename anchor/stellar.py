@@ -26,6 +26,7 @@ from stellar_sdk.transaction_envelope import TransactionEnvelope
 
 from anchor.models import SourceAccount
 from common import devkeys
+from common.sweeps import broker_redis
 
 log = logging.getLogger(__name__)
 STROOP = Decimal("0.0000001")
@@ -317,10 +318,7 @@ REFUSALS_KEY = "corridor:channel_refusals"
 
 
 def _redis():
-    import redis
-
-    return redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=0.5,
-                                socket_connect_timeout=0.5)
+    return broker_redis(timeout_s=0.5)
 
 
 def count_refusal() -> None:

@@ -38,12 +38,13 @@ log = logging.getLogger(__name__)
 KEY = "corridor:sweep-started:{name}"
 
 
-def broker_redis():
-    """A Redis client on the broker's server (short timeouts: a marker, never data)."""
+def broker_redis(timeout_s: float = 1.0):
+    """A Redis client on the broker's server, for markers and counters (never data):
+    ``timeout_s`` for the connection and each command."""
     import redis
 
-    return redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=1.0,
-                                socket_connect_timeout=1.0)
+    return redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=timeout_s,
+                                socket_connect_timeout=timeout_s)
 
 
 def start_once(key: str, seconds: float) -> bool:
