@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
@@ -263,7 +264,7 @@ class CustomerAdmin(ReadOnlyAdmin):
         audited (``personal_data.viewed``, the operator and the path), as every other
         use of the data is (PMLA record keeping: who saw a customer's identity, when)."""
         if request.method == "GET":
-            customer = Customer.objects.filter(pk=object_id).first()
+            customer = Customer.objects.filter(pk=unquote(object_id)).first()
             if customer is not None and customer.erased_at is None and \
                     self.has_view_permission(request, customer):
                 CustomerEvent.objects.create(customer=customer, event="personal_data.viewed",

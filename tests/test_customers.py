@@ -7,14 +7,17 @@ with the retention the law asks for. Real PostgreSQL; no sandbox needed."""
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from datetime import timedelta
 
 import jwt
 import pytest
 from cryptography.fernet import Fernet
+from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Group, User
 from django.db import connection
+from django.urls import reverse
 from django.utils import timezone
 from stellar_sdk import Keypair
 
@@ -291,14 +294,20 @@ def test_a_reviewed_type_waits_for_a_person_who_accepts_through_the_admin(
     assert changed.json()["status"] == "PROCESSING"  # new payout data: a person again
 
 
-def test_opening_a_customer_in_the_admin_is_audited(client, settings, people):
+def test_opening_a_customer_in_the_admin_is_audited(client, settings, people, monkeypatch):
     """The customer page shows the personal data decrypted: who opened it, and when, is
-    kept (a review leftover of the last stop: viewing was not audited)."""
+    kept (a review leftover of the last stop: viewing was not audited). The id begins
+    ``cus_40``, which the admin's link escapes as ``cus_5F40`` (CI, stop 32: an id read
+    unescaped was either not found or not audited, for 39 % of random ids)."""
+    real_token_hex = secrets.token_hex
+    monkeypatch.setattr(secrets, "token_hex", lambda n=32: "40" + real_token_hex(n)[2:])
     created = customers.put(dict(RECEIVER))
+    assert created.id.startswith("cus_40")
     _, auditor = people
     client.force_login(auditor)
 
-    page = client.get(f"/admin/anchor/customer/{created.id}/change/")
+    # the admin's own link quotes the key ("_" is its escape: "cus_40..." would read "@")
+    page = client.get(reverse("admin:anchor_customer_change", args=[quote(created.id)]))
 
     assert page.status_code == 200 and "Asha" in page.content.decode()
     viewed = CustomerEvent.objects.get(customer=created, event="personal_data.viewed")

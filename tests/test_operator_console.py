@@ -21,6 +21,7 @@ import pytest
 from django.apps import apps as django_apps
 from django.contrib import admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import quote as admin_quote
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.db import connection
@@ -397,7 +398,7 @@ def test_an_auditor_opens_every_read_view_and_sees_no_action(gate_plan, auditor,
         first = model_admin.get_queryset(response.wsgi_request).first()
         if first is not None and model is not ReviewItem:
             page = client.get(reverse(f"admin:{opts.app_label}_{opts.model_name}_change",
-                                      args=[first.pk]))
+                                      args=[admin_quote(first.pk)]))
             assert page.status_code == 200, opts.label
             assert 'name="_save"' not in page.content.decode(), opts.label
 
