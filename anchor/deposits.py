@@ -366,6 +366,15 @@ class PaymentRejected(Exception):
     nothing is released on it. The row is ``rejected`` with the reason."""
 
 
+class PaymentRefunded(PaymentRejected):
+    """Razorpay shows the payment captured, then refunded by Corridor's own refund (one
+    under our ``receipt``, :func:`refund_receipt`) whose row a failover lost: the payment
+    is confirmed (its capture booked) but never releasable; the caller rebuilds the
+    refund row from Razorpay (anchor/refunds.py ``refund_rebuild``). Issue 25, 20-seed
+    loaded chaos at 5b283ee seeds 3 and 15: such a payment was ``rejected`` and its
+    refund never booked."""
+
+
 class PaymentUnconfirmed(Exception):
     """Razorpay could not be asked (5xx, timeout, auth, rate limit): the payment stays
     ``unconfirmed`` and nothing is released until a later attempt confirms it."""
@@ -427,7 +436,8 @@ def payment_confirm(*, transaction_id: str) -> DepositPayment:
             log.warning("payment %s not confirmed yet: %s", payment.payment_id, exc)
             raise PaymentUnconfirmed(f"{payment.payment_id}: {exc}") from exc
         reason = payment_mismatch(fetched=fetched, order=order, payment_id=payment.payment_id)
-        if reason:
+        refunded_by_us = bool(reason) and _refunded_by_us(fetched, order, payment)
+        if reason and not refunded_by_us:
             _reject(payment, f"Razorpay disagrees: {reason}")
         created = fetched.get("created_at")
         with transaction.atomic():
@@ -446,8 +456,33 @@ def payment_confirm(*, transaction_id: str) -> DepositPayment:
         payment.refresh_from_db()
         if payment.confirmation != DepositPayment.Confirmation.CONFIRMED:
             raise PaymentRejected(f"{payment.payment_id}: {payment.confirmation_error}")
+        if refunded_by_us:
+            log.warning("payment %s confirmed with Razorpay, and refunded by Corridor: %s",
+                        payment.payment_id, reason)
+            raise PaymentRefunded(f"{payment.payment_id}: refunded by Corridor ({reason})")
         log.info("payment %s confirmed with Razorpay", payment.payment_id)
         return payment
+
+
+def refund_receipt(transaction_id: str) -> str:
+    """The ``receipt`` of a deposit's INR refund (anchor/refunds.py): its AP id, cut to
+    Razorpay's 40 characters."""
+    return transaction_id[:40]
+
+
+def _refunded_by_us(fetched: dict, order: DepositOrder, payment: DepositPayment) -> bool:
+    """Razorpay's payment matches our order but for its refund, and a refund of it under
+    our receipt exists (``GET /v1/payments/{id}/refunds``): captured, then refunded by
+    Corridor. Raises PaymentUnconfirmed when the refunds cannot be read."""
+    as_captured = dict(fetched, status="captured", amount_refunded=0)
+    if fetched.get("status") not in ("captured", "refunded") or payment_mismatch(
+            fetched=as_captured, order=order, payment_id=payment.payment_id):
+        return False
+    try:
+        made = rzp.payment_refunds(payment.payment_id)
+    except rzp.RazorpayError as exc:
+        raise PaymentUnconfirmed(f"{payment.payment_id}: refunds: {exc}") from exc
+    return any(i.get("receipt") == refund_receipt(payment.transaction_id) for i in made)
 
 
 def _reject(payment: DepositPayment, reason: str):

@@ -219,6 +219,14 @@ def unconfirmed_payments():
 def _confirm_and_drive(transaction_id: str) -> str:
     try:
         deposits.payment_confirm(transaction_id=transaction_id)
+    except deposits.PaymentRefunded:
+        # our own refund, whose row a failover lost: rebuilt from Razorpay and booked
+        try:
+            rebuilt = refunds.refund_rebuild(transaction_id=transaction_id)
+        except rzp.RazorpayError as exc:
+            log.warning("order reconciler: %s refund not rebuilt yet: %s", transaction_id, exc)
+            rebuilt = None
+        return "refund_rebuilt" if rebuilt is not None else "refunded"
     except deposits.PaymentRejected:
         return "rejected"
     except deposits.PaymentUnconfirmed:

@@ -168,7 +168,7 @@ def refund_claim(*, transaction_id: str, trigger: str, reason: str, operator,
                 refund = DepositRefund.objects.create(
                     transaction_id=transaction_id, payment_id=payment.payment_id,
                     amount_paise=payment.amount_paise, currency=payment.currency,
-                    receipt=transaction_id[:40],
+                    receipt=deposits.refund_receipt(transaction_id),
                     idempotency_key=refund_key(payment.payment_id),
                     trigger=trigger, reason=reason[:2000], operator=operator_name(operator),
                     ap_status_at_claim=str(check.ap_tx.get("status", ""))[:32])
@@ -213,7 +213,7 @@ def refund_rebuild(*, transaction_id: str) -> DepositRefund | None:
         confirmation=DepositPayment.Confirmation.CONFIRMED).first()
     if payment is None:
         return None
-    receipt = transaction_id[:40]
+    receipt = deposits.refund_receipt(transaction_id)
     ours = [i for i in rzp.payment_refunds(payment.payment_id) if i.get("receipt") == receipt]
     if not ours:
         return None

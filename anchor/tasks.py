@@ -17,6 +17,7 @@ from anchor import (
     stellar,
     submissions,
 )
+from anchor import razorpay as rzp
 from common.sweeps import Sweep
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,14 @@ def deposit_funds_received(self, transaction_id: str) -> None:
     reconciler cover anything that still falls through."""
     try:
         deposits.funds_received(transaction_id=transaction_id)
+    except deposits.PaymentRefunded:
+        # Corridor's own refund whose row a failover lost: rebuilt from Razorpay (a
+        # Razorpay error leaves it to the confirmed-payment sweeps: the rebuild below
+        # in the reconciler, the notify sweep's refund of an expired deposit)
+        try:
+            refunds.refund_rebuild(transaction_id=transaction_id)
+        except rzp.RazorpayError as exc:
+            log.warning("deposit %s: refund not rebuilt yet: %s", transaction_id, exc)
     except (releases.ReleaseRefused, deposits.PaymentRejected) as exc:
         log.info("release of %s not started: %s", transaction_id, exc)
     except platform.RpcError:

@@ -34,7 +34,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from anchor import operations as deposit_operations
-from anchor import platform, reconciler, releases, stellar
+from anchor import deposits, platform, reconciler, releases, stellar
 from anchor import refunds as deposit_refunds
 from anchor.models import DepositOrder, DepositPayment, DepositRefund, DepositRelease
 from ledger import services as ledger
@@ -252,6 +252,71 @@ def test_a_late_deposit_whose_order_was_lost_is_rebuilt_and_its_inr_refunded_onc
     made = _deposit_refunds_at_razorpay(clean_sandbox, transaction_id)
     assert [r["id"] for r in made] == [refund.refund_id]
     assert refund.provider_status == "processed"
+
+
+@pytest.mark.parametrize("driven", [False, True])
+def test_a_late_deposits_refund_lost_after_razorpay_made_it_is_rebuilt_once(
+        clean_sandbox, settings, driven):
+    """20-seed loaded chaos at 5b283ee, seeds 3 and 15 (issue 25): a deposit AP had
+    expired was paid anyway; Corridor refunded the INR (Razorpay made the refund, and
+    (``driven``) the drive went on to its end: AP cannot record a refund on an expired
+    deposit, a person does); the failover then lost the refund row and the payment's
+    confirmation. Razorpay now showed the payment ``refunded``, so the order reconciler
+    rejected it, and nothing rebuilt the refund: ``refund None, 1 made`` after the
+    settle, the INR that went back never booked."""
+    # given a late deposit: AP expired it, then the customer paid
+    wallet = Wallet(clean_sandbox)
+    purge_broker()
+    transaction_id, url = wallet.start_deposit()
+    customer = Customer(clean_sandbox)
+    order_id = customer.submit_amount(url, "1000")
+    platform.rpc("notify_transaction_expired", {"transaction_id": transaction_id,
+                                                "message": "no payment in time"})
+    customer.pay(order_id)
+    wait_for(lambda: DepositPayment.objects.filter(transaction_id=transaction_id).exists(),
+             what="payment webhook recorded")
+    purge_broker()
+    before = rewind.mark()
+
+    # and its INR refunded at Razorpay
+    with pytest.raises(platform.RpcError):
+        deposits.funds_received(transaction_id=transaction_id)
+    refund = deposit_refunds.refund_if_ap_expired(transaction_id=transaction_id)
+    refund = _drive_until_final(transaction_id) if driven else \
+        deposit_refunds.refund_drive(refund_id=refund.pk)
+    made = _deposit_refunds_at_razorpay(clean_sandbox, transaction_id)
+    assert [r["id"] for r in made] == [refund.refund_id]
+
+    # when the failover loses every commit since the payment was recorded
+    lost = rewind.rewind(before)
+    assert lost["deposit_refunds"] == 1
+    purge_broker()
+
+    # then what beat runs rebuilds the refund from Razorpay, once, and books it
+    def rebuilt() -> DepositRefund | None:
+        time.sleep(max(settings.ORDER_RECONCILER_AGE_S, settings.RECONCILER_AGE_S) + 0.1)
+        reconciler.reconcile_orders()
+        reconciler.sweep_unnotified()
+        reconciler.reconcile_releases()
+        deposit_refunds.sweep_refunds()
+        row = DepositRefund.objects.filter(transaction_id=transaction_id).first()
+        if row is not None:
+            row = deposit_refunds.refund_drive(refund_id=row.pk)
+        return row if row is not None and row.status in ("completed", "manual_review") \
+            else None
+
+    row = wait_for(rebuilt, timeout=30, what="the refund rebuilt", explain=lambda: (
+        list(DepositRefund.objects.filter(transaction_id=transaction_id).values(
+            "status", "last_error")), ap(transaction_id)["status"],
+        list(DepositPayment.objects.filter(transaction_id=transaction_id).values(
+            "confirmation", "confirmation_error", "notify_attempts", "notify_error"))))
+    assert [r["id"] for r in _deposit_refunds_at_razorpay(clean_sandbox, transaction_id)] \
+        == [row.refund_id]
+    assert row.provider_status == "processed"
+    assert Entry.objects.filter(idempotency_key=f"deposit_refund:{row.pk}").count() == 1
+    assert DepositPayment.objects.get(transaction_id=transaction_id).confirmation == \
+        "confirmed"  # its capture booked, as the refund's reversal of it is
+    assert ap(transaction_id)["status"] == "expired"
 
 
 @pytest.mark.parametrize("released", [False, True])
