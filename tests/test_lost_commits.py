@@ -33,8 +33,8 @@ from decimal import Decimal
 import pytest
 from django.contrib.auth.models import User
 
-from anchor import operations as deposit_operations
 from anchor import deposits, platform, reconciler, releases, stellar
+from anchor import operations as deposit_operations
 from anchor import refunds as deposit_refunds
 from anchor.models import DepositOrder, DepositPayment, DepositRefund, DepositRelease
 from ledger import services as ledger
