@@ -203,6 +203,16 @@ def _ledger_closed_at(sequence: int) -> datetime | None:
     return datetime.fromisoformat(record["closed_at"].replace("Z", "+00:00")).astimezone(UTC)
 
 
+def history_shows_sequence(source_account: str, sequence: int) -> bool:
+    """Whether Horizon's history already shows the transaction of ``source_account``
+    that used ``sequence`` (a sequence number read from its state, ``/accounts/{id}``):
+    then every transaction of that account up to it is in the history a read that
+    follows returns (a lagging node shows state before history: the sandbox's
+    ``horizon.lookup_lag``). An account that never sent one (its sequence's low 32 bits
+    are 0, as created) has nothing to show. Raises stellar.HorizonUnavailable."""
+    return sequence & 0xFFFFFFFF == 0 or _consumer(source_account, sequence) is not None
+
+
 def _consumer(source_account: str, sequence: int) -> dict | None:
     """The transaction whose source is ``source_account`` and whose sequence is
     ``sequence`` (failed ones included), searched newest first in the account's

@@ -19,6 +19,18 @@ one payment per leg key, even across crashes between "paid" and "recorded"
    is renewed in the same transaction, so a worker that lost the saga writes nothing),
    and then posted.
 
+A leg key's first envelope is built only on evidence that covers the moment (issue 25
+§1-2): the hub's sequence is read from Horizon's state, and the history must already
+show the hub's transaction of that sequence (``envelopes.history_shows_sequence``;
+until it does the leg waits, ``HubPaymentUnknown``). Then step 1 runs again on that
+history, and the leg's ``before_first`` check (the anchor leg's look for its own
+payment under a memo a failover lost) sees every payment the hub made; the envelope
+is built on exactly that sequence + 1, so an envelope of a lost run still in flight
+and the new one share a sequence and at most one of them applies. Found by the
+20-seed loaded campaign at a927fb9, seed 5: a failover lost saga 135's anchor.fund
+run after the hub paid the anchor 115.25 USDC; the next run's look read a history
+lagging behind it and paid the anchor's new transaction too.
+
 Hub submissions take turns under a PostgreSQL advisory lock: Stellar core queues one
 transaction per source account (horizon/NOTES.md; the sandbox's Horizon enforces it), so
 two workers building on the same sequence would only refuse each other.
@@ -32,7 +44,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -128,10 +140,13 @@ def return_memo(payment_hash: str) -> str:
     return base64.b64encode(bytes.fromhex(payment_hash)).decode()
 
 
-def pay(ctx: LegContext, payment: Payment, *, crash_name: str) -> str:
+def pay(ctx: LegContext, payment: Payment, *, crash_name: str,
+        before_first: Callable[[], None] | None = None) -> str:
     """Pay ``payment`` from the hub at most once for ``ctx.idempotency_key`` and return
     the Stellar transaction hash once it is in a ledger. ``crash_name``: the crash point
     reached right after Horizon said the payment applied, before anything records it.
+    ``before_first``: called once the history covers the hub's sequence, before the
+    key's first envelope is built (it raises to stop the payment).
 
     Raises HubBusy (try later, nothing done), HubPaymentUnknown (wait: the look-up
     decides), HubPaymentFailed (retry), ManualReviewError (the envelope's fate stayed
@@ -145,6 +160,18 @@ def pay(ctx: LegContext, payment: Payment, *, crash_name: str) -> str:
             return found.tx_hash
     with _hub_turn(ctx):
         row = HubPayment.objects.filter(key=ctx.idempotency_key).first()
+        sequence = None
+        if row is None and lookup and settings.HUB_HISTORY_COVERAGE_CHECK:
+            sequence = stellar.account_sequence(hub_address())
+            if not envelopes.history_shows_sequence(hub_address(), sequence):
+                raise HubPaymentUnknown(
+                    f"Horizon's history does not show the hub's transaction {sequence} "
+                    "yet: no first envelope before it does")
+            found = find(payment, cursor=ctx.stellar_cursor)
+            if found is not None:
+                return found.tx_hash
+            if before_first is not None:
+                before_first()
         if row is not None and lookup:
             fate = _fate(row)
             if fate.state == envelopes.LANDED and fate.successful:
@@ -158,7 +185,7 @@ def pay(ctx: LegContext, payment: Payment, *, crash_name: str) -> str:
                         f"past max_time + {settings.ENVELOPE_UNKNOWN_REVIEW_S:g}s: "
                         f"{fate.reason}; evidence {fate.evidence}")
                 raise HubPaymentUnknown(f"{row.tx_hash}: {fate.reason}")
-        row = _build(ctx, payment, row)
+        row = _build(ctx, payment, row, sequence=sequence)
         return _submit(row, crash_name)
 
 
@@ -194,9 +221,13 @@ def _fate(row: HubPayment) -> envelopes.Fate:
                                    sequence=row.sequence, max_time=_max_time(row))
 
 
-def _build(ctx: LegContext, payment: Payment, row: HubPayment | None) -> HubPayment:
+def _build(ctx: LegContext, payment: Payment, row: HubPayment | None, *,
+           sequence: int | None = None) -> HubPayment:
+    """Build, store (fenced) and return the envelope of ``payment``: on ``sequence`` + 1
+    (the hub's sequence the caller verified), or on the sequence Horizon shows now."""
     hub = stellar.hub_keypair()
-    sequence = stellar.account_sequence(hub.public_key) + 1
+    sequence = (stellar.account_sequence(hub.public_key) if sequence is None
+                else sequence) + 1
     max_time = int(time.time() + settings.STELLAR_TX_TIMEOUT_S)
     envelope = stellar.build_payment_from(
         source=hub, sequence=sequence, destination=payment.destination,

@@ -1153,6 +1153,51 @@ def test_a_hub_payment_whose_commits_were_lost_is_not_paid_again(
     assert_hub_matches_chain(hub_chain + D(AMOUNT))
 
 
+@pytest.mark.parametrize("coverage", [True, False], ids=["coverage on", "coverage off"])
+def test_a_lost_hub_payment_hidden_by_a_lagging_history_is_not_paid_again(
+        api, corridor_on_sandbox, hub_chain, settings, coverage):
+    """20-seed loaded chaos at a927fb9, seed 5 (traced from its databases): the failover
+    lost saga 135's anchor.fund run after the hub paid the anchor 115.25 USDC under the
+    anchor's first memo; the next run's look for such a payment read a Horizon whose
+    history lagged behind it, found nothing, and paid the anchor's new transaction
+    too. Now a leg key's first hub envelope waits until the history shows the hub's
+    sequence as the state reads it, then looks, then builds on that very sequence.
+    Coverage off: the anchor is paid twice."""
+    settings.HUB_HISTORY_COVERAGE_CHECK = coverage
+    # given a funded remittance whose run paid the anchor from the hub, then died (and
+    # a float on the hub, so that a second payment could happen at all)
+    corridor_on_sandbox.http.post("/horizon/sandbox/fund", json={
+        "account": hub.hub_address(), "amount": AMOUNT}).raise_for_status()
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+    before = rewind.mark()
+    killed = run_manage("run_saga", str(remittance["id"]), "--worker", "victim",
+                        crash_at="remittance.anchor_fund.paid")
+    assert killed.returncode == -9, killed.stdout + killed.stderr[-3000:]
+    paid_before = fund_intent(remittance["id"])
+
+    # when the failover loses every commit of that run, and Horizon's history lags
+    # 40 ledgers (10 s) behind its state while the saga runs again
+    corridor_on_sandbox.fault("horizon.lookup_lag", ledgers=40)
+    assert rewind.rewind(before)["saga_hub_payments"] == 1
+    result = drive(remittance["id"], "rescuer", timeout=40.0)
+    corridor_on_sandbox.clear_faults()
+
+    since = Saga.objects.get(pk=remittance["id"]).stellar_cursor  # this saga's start
+    to_anchor = [t for t in stellar.transfers_after(hub.hub_address(), since)
+                 if t.source == hub.hub_address() and t.destination == paid_before["account"]]
+    if not coverage:  # the protection switched off: the anchor's new memo is paid too
+        assert len(to_anchor) == 2, to_anchor
+        return
+    # then the saga waited for the history, found the hub's unrecorded payment, and
+    # stopped for a person instead of paying the anchor's new transaction
+    saga = Saga.objects.get(pk=remittance["id"])
+    assert result.status == S.MANUAL_REVIEW, f"{result.status}: {saga.error}"
+    assert "already paid this anchor" in saga.error and paid_before["memo"] in saga.error
+    assert [t.memo for t in to_anchor] == [paid_before["memo"]]
+    assert_hub_matches_chain(hub_chain + D(AMOUNT))
+
+
 @pytest.mark.parametrize("check", [True, False], ids=["check on", "check off"])
 def test_a_partner_refund_whose_commits_were_lost_is_not_followed_by_funding_the_anchor(
         api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, check):

@@ -591,6 +591,10 @@ HUB_UNMATCHED_BATCH = env.int("HUB_UNMATCHED_BATCH", default=200)
 # Test-only switch (never from the environment): False turns the late-money sweep off,
 # which shows that it is what books and returns money that arrives anyway.
 LATE_MONEY_SWEEP = True
+# Test-only switch (sagas/hub.py): False builds a leg's first hub envelope without
+# waiting for Horizon's history to show the hub's sequence (chaos --protection-off
+# envelope_rule turns it off too).
+HUB_HISTORY_COVERAGE_CHECK = True
 # Test-only switch (never from the environment): False makes the hub's payments skip
 # the look-up on chain (by memo, and by the stored envelope) before paying, which shows
 # that the look-up is what stops a second payment after a crash.

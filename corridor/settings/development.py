@@ -96,6 +96,7 @@ if CORRIDOR_PROTECTION_OFF == "envelope_rule":
     ENVELOPE_RULE = "naive"
     RELEASE_CHAIN_CHECK = False
     RELEASE_LOST_SUCCESSOR_CHECK = False
+    HUB_HISTORY_COVERAGE_CHECK = False
 elif CORRIDOR_PROTECTION_OFF == "payout_guard":
     PAYOUT_GUARD = False
 elif CORRIDOR_PROTECTION_OFF == "fencing":

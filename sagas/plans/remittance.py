@@ -375,7 +375,10 @@ class AnchorFund(Leg):
             if not (settings.REMITTANCE_CHAIN_LOOKUP and hub.envelope_outstanding(ctx)):
                 self._check_not_rejected(intent)
             try:
-                tx_hash = hub.pay(ctx, payment, crash_name="remittance.anchor_fund.paid")
+                tx_hash = hub.pay(ctx, payment, crash_name="remittance.anchor_fund.paid",
+                                  before_first=lambda: self._check_no_lost_payment(
+                                      ctx, {"stellar_account_id": intent["account"],
+                                            "stellar_memo": intent["memo"]}, amount))
             except (hub.HubBusy, hub.HubPaymentUnknown) as exc:
                 return Pending(HUB_BUSY_RETRY_S, str(exc))
         return LegOutcome(
