@@ -156,6 +156,12 @@ def receive_process(*, ap_tx: dict) -> str:
         request = receive.receive_rebuild(ap_tx=ap_tx)
         if request is None:
             return "not_due"
+    if request is not None and request.funds_requested_at is None:
+        # AP's record of our funds request stands for the row's mark of it, lost with
+        # its commit or its worker (chaos at 9f7ddba, seed 3: the sender's USDC sat
+        # unpaid behind a decision that saw AP past asking, ``not_due``, every pass).
+        receive.mark_funds_requested(request, ap_tx=ap_tx)
+        request = request_of(ap_tx["id"]).first()
     if request is None or request.funds_requested_at is None or receive.unasked(ap_tx):
         # Also a row that says funds were asked for while AP says they were not: the
         # decision asks again (a transaction never waits for what it already has).

@@ -467,6 +467,22 @@ def _request_funds(request: WithdrawalRequest, *, people: list[str]) -> str:
     return "funds_requested"
 
 
+def mark_funds_requested(request: WithdrawalRequest, *, ap_tx: dict) -> bool:
+    """Set ``funds_requested_at`` of a decided receive whose mark was lost (its commit,
+    or its worker between AP's answer and the update) when AP's record proves the funds
+    request (:func:`funds_asked`) under the row's own memo. True when it did."""
+    if request.funds_requested_at is not None or not funds_asked(ap_tx) or \
+            str(ap_tx.get("memo")) != request.memo:
+        return False
+    moved = WithdrawalRequest.objects.filter(
+        pk=request.pk, funds_requested_at__isnull=True).update(
+        funds_requested_at=timezone.now(), updated_at=timezone.now())
+    if moved:
+        log.warning("SEP-31 %s: AP holds our funds request (%s), the row's mark of it was "
+                    "lost: set from AP's record", request.transaction_id, ap_tx.get("status"))
+    return bool(moved)
+
+
 def _quote_of(request: WithdrawalRequest) -> FirmQuote | None:
     if request.kind != WithdrawalRequest.Kind.RECEIVE or not request.quote_id:
         return None

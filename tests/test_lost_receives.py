@@ -148,6 +148,31 @@ def test_a_receive_lost_after_its_usdc_arrived_is_rebuilt_and_paid_once(sa, clea
     _assert_paid_once(clean_sandbox, remittance)
 
 
+@pytest.mark.parametrize("paid", [False, True], ids=["sender not yet", "usdc arrived"])
+def test_a_receive_whose_funds_request_mark_was_lost_is_paid_once(
+        sa, clean_sandbox, paid):
+    """20-seed loaded chaos at 9f7ddba, seed 3 (read from its database): the request row
+    of a receive held no ``funds_requested_at`` while AP had taken the funds request (the
+    commit of the mark lost, or its worker killed between AP's answer and the update)
+    and the sender had paid: the decision saw AP past asking and answered ``not_due``,
+    every pass, so the USDC sat unpaid (AP pending_receiver, payout None, request
+    awaiting_funds)."""
+    # given a remittance Corridor decided and asked the funds for, whose mark was lost
+    remittance = sa.start(amount="22", receiver_fields=_receiver())
+    _until(remittance.transaction_id, "pending_sender")
+    assert WithdrawalRequest.objects.filter(transaction_id=remittance.transaction_id).update(
+        funds_requested_at=None) == 1
+    if paid:  # and the sending anchor paid before any pass looked again
+        sa.finish(remittance)
+        _until(remittance.transaction_id, "pending_receiver", poll=False)
+    else:
+        poller.poll_withdrawals()
+        sa.finish(remittance)
+
+    # then the poller takes AP's record as the mark, verifies the USDC and pays once
+    _assert_paid_once(clean_sandbox, remittance)
+
+
 def test_a_receive_payout_lost_after_razorpayx_took_it_is_not_paid_twice(sa, clean_sandbox):
     # given a remittance paid in: RazorpayX took its payout (AP pending_external), no
     # webhook yet
