@@ -26,10 +26,10 @@ SEEDS = 3
 
 @pytest.mark.timeout(1500)  # three seeds and a burner: past pytest's 300 s (stop 26's run)
 @pytest.mark.xfail(strict=False, reason=(
-    "issue 25 open: on a loaded machine the campaign still finds hub USDC on chain the "
-    "ledger does not hold (stop 26, seeds 1-2 with two burners: 9.25 USDC, a short anchor "
-    "refund, since booked; then 142 USDC not yet traced). Strict again once the 20-seed "
-    "loaded campaign prints violations=0"))
+    "issue 25 open: the 20-seed loaded campaign has not printed violations=0 yet (stop 33, "
+    "at 3c81d47: seeds 1-4 clean; seed 5 a release stopped for a person on an envelope "
+    "Horizon could not place in time; seed 6 a lost partner refund followed by funding the "
+    "anchor, since fixed). Strict again once it prints violations=0"))
 def test_fixed_seeds_on_a_loaded_machine_find_no_violation():
     out, found = campaign("--seeds", str(SEEDS), "--seed", "7", "--cpu-burners", "1",
                           timeout=1200)

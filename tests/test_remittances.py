@@ -1209,13 +1209,16 @@ def test_a_partner_refund_whose_commits_were_lost_is_not_followed_by_funding_the
     the hub paid 11.25 twice, the ledger held neither. Now the fill leg finds the hub's
     unrecorded refund to the partner under the reference and stops for a person,
     booking the fill and the refund as the compensation does; nothing goes to the
-    anchor. Check off: the anchor is funded and the hub's books differ from its chain."""
+    anchor. Check off (this look and the anchor leg's): the anchor is funded and the
+    hub's books differ from its chain."""
     from sagas.plans.remittance import AnchorFund, BridgeFill
 
     unpatched = AnchorFund.__dict__["_check_not_rejected"]
-    if not check:
+    if not check:  # both looks: the anchor leg's (below) would also stop it
         monkeypatch.setattr(BridgeFill, "_check_no_lost_refund",
                             staticmethod(lambda ctx, moved, first, fill: None))
+        monkeypatch.setattr(AnchorFund, "_check_no_lost_partner_refund",
+                            staticmethod(lambda ctx: None))
     corridor_on_sandbox.http.post("/horizon/sandbox/fund", json={  # a float on the hub,
         "account": hub.hub_address(), "amount": AMOUNT}).raise_for_status()  # to pay twice
     corridor_on_sandbox.fault("anchor31.reject_before_funding", times=1)
@@ -1254,6 +1257,66 @@ def test_a_partner_refund_whose_commits_were_lost_is_not_followed_by_funding_the
     assert funded == []
     assert kinds(saga.pk) == ["bridge.fill", "bridge.unfill", "bridge.refund"]
     assert net(saga.pk).get(("hub", "USDC"), D(0)) == 0
+    assert_hub_matches_chain(hub_chain + D(AMOUNT))
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["check on", "check off"])
+def test_a_lost_partner_refund_after_the_conversion_is_not_followed_by_funding_the_anchor(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, check):
+    """20-seed loaded campaign at 3c81d47, seed 6 (read from its database): as above,
+    but the failover lost only the commits after the conversion (the anchor leg's
+    intent, the compensation, the hub payment row), so the saga resumed at the anchor
+    leg, past the fill leg's look: it funded the anchor's new transaction, and the hub
+    paid 12.25 USDC twice. Now the anchor leg's look before its first envelope finds
+    the unrecorded refund to the partner and stops for a person, booking the
+    compensation as it happened. Check off: the anchor is funded."""
+    from sagas.plans.remittance import AnchorFund
+
+    unpatched = AnchorFund.__dict__["_check_not_rejected"]
+    if not check:
+        monkeypatch.setattr(AnchorFund, "_check_no_lost_partner_refund",
+                            staticmethod(lambda ctx: None))
+    corridor_on_sandbox.http.post("/horizon/sandbox/fund", json={  # a float on the hub,
+        "account": hub.hub_address(), "amount": AMOUNT}).raise_for_status()  # to pay twice
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+    killed = run_manage("run_saga", str(remittance["id"]), "--worker", "victim",
+                        crash_at="saga.forward.1.after_commit")  # filled and converted
+    assert killed.returncode == -9, killed.stdout + killed.stderr[-3000:]
+    before = rewind.mark()
+    corridor_on_sandbox.fault("anchor31.reject_before_funding", times=1)
+    rejected_first(monkeypatch)
+    ends(remittance["id"], S.COMPENSATED)
+    [refund] = transfers(remittance["memo"], source=hub.hub_address(),
+                         destination=partner_wallet["account"])
+    assert rewind.rewind(before)["saga_hub_payments"] == 1
+    assert SagaStep.objects.get(saga_id=remittance["id"], kind="fx.convert").status == "done"
+    monkeypatch.setattr(AnchorFund, "_check_not_rejected", unpatched)  # the next one is not
+
+    def funded() -> list:  # hub -> anyone but the partner, the amount, since the rewind
+        return [t for t in stellar.find_transfers_by_reference(hub.hub_address(), None)
+                if t.source == hub.hub_address() and t.tx_hash not in earlier
+                and t.destination != partner_wallet["account"] and t.amount == D(AMOUNT)]
+
+    earlier: set = set()  # the session's chain keeps earlier tests' payments
+    earlier = {t.tx_hash for t in funded()}
+
+    wait_for(lambda: engine.run(remittance["id"], "rescuer", dispatch=False).status
+             not in Saga.OPEN_STATUSES or funded(), timeout=30,
+             what="the saga stopped, or the anchor funded",
+             explain=lambda: list(SagaEvent.objects.filter(saga_id=remittance["id"])
+                                  .order_by("-id").values_list("idx", "event", "detail")[:4]))
+    saga = Saga.objects.get(pk=remittance["id"])
+    funded = funded()
+    if not check:
+        assert funded, f"{saga.status}: {saga.error}"  # the anchor was paid after all
+        return
+    assert saga.status == S.MANUAL_REVIEW, saga.error
+    assert "already refunded the partner" in saga.error and refund.tx_hash in saga.error
+    assert funded == []
+    assert kinds(saga.pk) == ["bridge.fill", "fx.convert", "fx.convert.undo",
+                              "bridge.unfill", "bridge.refund"]
+    assert net(saga.pk) == {}  # every account of the saga nets to zero, the hub too
     assert_hub_matches_chain(hub_chain + D(AMOUNT))
 
 

@@ -376,9 +376,8 @@ class AnchorFund(Leg):
                 self._check_not_rejected(intent)
             try:
                 tx_hash = hub.pay(ctx, payment, crash_name="remittance.anchor_fund.paid",
-                                  before_first=lambda: self._check_no_lost_payment(
-                                      ctx, {"stellar_account_id": intent["account"],
-                                            "stellar_memo": intent["memo"]}, amount))
+                                  before_first=lambda: self._before_first_payment(
+                                      ctx, intent, amount))
             except (hub.HubBusy, hub.HubPaymentUnknown) as exc:
                 return Pending(HUB_BUSY_RETRY_S, str(exc))
         return LegOutcome(
@@ -386,6 +385,60 @@ class AnchorFund(Leg):
             bookings=[Booking("anchor.fund", [Line(HUB, USDC, -amount),
                                               Line(ANCHOR, USDC, amount)],
                               reference=tx_hash)])
+
+    def _before_first_payment(self, ctx: LegContext, intent: dict[str, Any],
+                              amount: Decimal) -> None:
+        """``hub.pay``'s look before the first envelope, on a history that shows the hub's
+        sequence: no lost payment to this anchor, and no lost refund to the partner."""
+        self._check_no_lost_partner_refund(ctx)
+        self._check_no_lost_payment(ctx, {"stellar_account_id": intent["account"],
+                                          "stellar_memo": intent["memo"]}, amount)
+
+    @staticmethod
+    def _check_no_lost_partner_refund(ctx: LegContext) -> None:
+        """The hub already sent USDC back to the partner under the reference with no
+        ``saga_hub_payments`` row: the failover lost the commits of this saga's
+        compensation after its refund to the partner left, while the fill and the
+        conversion before it survived, so the saga resumed at this leg (20-seed loaded
+        campaign at 3c81d47, seed 6: saga 166's anchor refused, the partner was refunded
+        12.25 USDC, the failover lost it, the saga funded the anchor's new transaction:
+        12.25 paid twice). ``BridgeFill._check_no_lost_refund`` covers a saga that
+        resumed at its first leg. Raises ManualReviewError with the evidence, booking the
+        compensation as it happened (``fx.convert.undo``, ``bridge.unfill``,
+        ``bridge.refund`` under the refund's hash) in the same commit as the stop: the
+        hub's books equal its chain, and nothing is paid to the anchor."""
+        fill = ctx.output_of("bridge.fill")
+        if not fill:
+            return
+        address = hub.hub_address()
+        lost = hub.without_rows([
+            t for t in stellar.find_transfers_by_reference(address, ctx.saga.reference,
+                                                            ctx.stellar_cursor)
+            if t.source == address and t.destination == fill["from"]
+            and t.asset == stellar.usdc_asset_id()])
+        if not lost:
+            return
+        partner = _partner(ctx)
+        refunds = partner_refunds_account(ctx.saga.input["partner"])
+        bookings = []
+        converted = ctx.output_of("fx.convert")
+        if converted:
+            usdc, inr = Decimal(converted["usdc"]), Decimal(converted["inr"])
+            bookings.append(Booking("fx.convert.undo", [
+                Line(partner, USDC, -usdc), Line(FX, USDC, usdc), Line(FX, INR, -inr),
+                Line(PAYABLE, INR, inr)], reference=lost[0].tx_hash))
+        for t in lost:
+            bookings += [Booking("bridge.unfill", [Line(partner, USDC, t.amount),
+                                                   Line(refunds, USDC, -t.amount)],
+                                 reference=t.tx_hash),
+                         Booking("bridge.refund", [Line(refunds, USDC, t.amount),
+                                                   Line(HUB, USDC, -t.amount)],
+                                 reference=t.tx_hash)]
+        raise ManualReviewError(
+            "the hub already refunded the partner under this remittance's reference with "
+            "no record of it (commits lost): " + ", ".join(
+                f"{t.tx_hash} {format(t.amount, 'f')} USDC" for t in lost)
+            + "; booked as its compensation, the anchor not funded", bookings=bookings)
 
     @staticmethod
     def _check_no_lost_payment(ctx: LegContext, created: dict[str, str],
