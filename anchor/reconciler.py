@@ -52,6 +52,12 @@ def reconcile_releases() -> dict[str, int]:
         release = releases.release_drive(release_id=release_id, redrive=True)
         releases.follow_later(release)  # async mode: restart a lost or stopped chain
         counts[release.status] = counts.get(release.status, 0) + 1
+    for release in list(releases.unknown_fate_reviews()):
+        try:
+            if releases.resume_landed_review(release) is not None:
+                counts["review_landed"] = counts.get("review_landed", 0) + 1
+        except stellar.HorizonUnavailable as exc:
+            log.warning("review of %s not resumed: %s", release.transaction_id, exc)
     for transaction_id in list(unreleased_payments()):
         try:
             if releases.release_rebuild(transaction_id=transaction_id) is not None:

@@ -34,7 +34,14 @@ from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
 from anchor import deposits, envelopes, platform, stellar
-from anchor.models import DepositOrder, DepositPayment, DepositRefund, DepositRelease
+from anchor.models import (
+    DepositOrder,
+    DepositPayment,
+    DepositRefund,
+    DepositRelease,
+    ReleaseEvent,
+)
+from common.console import operator_name
 from common.crashpoints import crash_point
 from common.locks import try_session_lock
 from ledger import chart
@@ -819,6 +826,44 @@ def release_chain_check(release: DepositRelease) -> ChainCheck:
     fate = _fate(release)
     state = {envelopes.ALIVE: "live"}.get(fate.state, fate.state)
     return ChainCheck(state, fate.reason, fate.evidence)
+
+
+UNKNOWN_FATE = "envelope fate unknown past max_time"
+
+
+def unknown_fate_reviews(limit: int = 50):
+    """Releases stopped for a person because Horizon could not place their envelope in
+    time (``_undecided``), oldest first, at most ``limit``: the reconciler asks the rule
+    again (``resume_landed_review``)."""
+    return DepositRelease.objects.filter(
+        status=Status.MANUAL_REVIEW, last_error__contains=UNKNOWN_FATE,
+    ).exclude(tx_hash="").order_by("updated_at")[:limit]
+
+
+def resume_landed_review(release: DepositRelease) -> DepositRelease | None:
+    """A release in review because its envelope's fate stayed unknown, whose envelope
+    Horizon now shows landed and successful (later evidence, issue 25 §1: the review no
+    longer states what the chain contradicts): back to ``submitting`` with the same
+    envelope (the one edge out of review), an audit row naming Corridor in the same
+    commit, then the drive marks it landed, books it and tells AP, as for any landing.
+    A fate still unknown or dead leaves it to the person (the operator's re-drive).
+    None when nothing moved (another fate, or an operator acted first: the conditional
+    transition on the same status and hash). Raises stellar.HorizonUnavailable."""
+    fate = _fate(release)
+    if not (fate.state == envelopes.LANDED and fate.successful):
+        return None
+    note = f"landed after the review: {fate.reason}"
+    with transaction.atomic():
+        moved = DepositRelease.transition(
+            release.pk, Status.MANUAL_REVIEW, Status.SUBMITTING,
+            where=Q(tx_hash=release.tx_hash), last_error=note[:2000])
+        if not moved:
+            return None
+        ReleaseEvent.objects.create(
+            release=release, event="release.review_withdrawn", operator=operator_name(None),
+            note=note[:2000], detail={"tx_hash": release.tx_hash, "evidence": fate.evidence})
+    log.warning("release %s: %s", release.transaction_id, note)
+    return release_drive(release_id=release.pk, redrive=True)
 
 
 def release_prepare_redrive(*, release_id: int, expected_hash: str | None,

@@ -32,7 +32,8 @@ from rest_framework.test import APIClient
 from stellar_sdk import Keypair
 
 from anchor import platform, reconciler, releases, stellar
-from anchor.models import DepositRelease
+from anchor.models import DepositRelease, ReleaseEvent
+from ledger.models import Entry
 from payouts import operations as payout_ops
 from payouts.models import WithdrawalRefund, WithdrawalRequest
 from sagas import engine, hub, remittances
@@ -228,6 +229,49 @@ def test_an_envelope_unknown_for_too_long_goes_to_review_never_rebuilt(clean_san
     assert f"'account_sequence': '{first.sequence}'" in review.last_error  # the evidence
     assert [p["transaction_hash"] for p in wallet.usdc_payments()] == [first.tx_hash]
     assert platform.get_transaction(transaction_id)["status"] == "pending_anchor"
+
+
+@pytest.mark.parametrize("resume", [True, False], ids=["resume on", "resume off"])
+def test_a_review_for_an_unknown_fate_is_withdrawn_once_the_envelope_shows_landed(
+        clean_sandbox, settings, monkeypatch, resume):
+    """20-seed loaded campaign at 3c81d47, seed 5: a release went to a person because
+    Horizon could not place its envelope in time (lag faults), and stayed there after
+    Horizon caught up and showed it landed: the customer had the USDC, AP still waited
+    in pending_anchor, the books lacked the release, and the review said "unknown"
+    against the chain. Now the reconciler asks the rule again and, the envelope landed,
+    completes the release as any landing (booked once, AP told), audited as Corridor's.
+    Resume off: it stays in review."""
+    if not resume:
+        monkeypatch.setattr(releases, "resume_landed_review", lambda release: None)
+    wallet = Wallet(clean_sandbox)
+    transaction_id = paid_deposit(clean_sandbox, wallet)
+    clean_sandbox.fault("horizon.submit_504_after_apply", times=1)
+    first = releases.release_start(transaction_id=transaction_id)
+    clean_sandbox.fault("horizon.lookup_lag", ledgers=FOREVER)
+
+    def in_review():
+        reconciler.reconcile_releases()
+        return DepositRelease.objects.filter(transaction_id=transaction_id,
+                                             status="manual_review").first()
+
+    wait_for(in_review, timeout=settings.STELLAR_TX_TIMEOUT_S
+             + settings.ENVELOPE_UNKNOWN_REVIEW_S + 10, interval=0.3,
+             what="manual_review after the unknown period")
+    clean_sandbox.clear_faults()  # Horizon catches up: the landing shows
+
+    for _ in range(3):
+        reconciler.reconcile_releases()
+    release = DepositRelease.objects.get(transaction_id=transaction_id)
+    if not resume:  # the protection switched off: the review stays, AP still waits
+        assert release.status == "manual_review"
+        assert platform.get_transaction(transaction_id)["status"] == "pending_anchor"
+        return
+    release = settle(transaction_id)
+    assert release.status == "completed", release.last_error
+    assert assert_released_once(wallet, transaction_id).tx_hash == first.tx_hash
+    assert Entry.objects.filter(idempotency_key=f"deposit:{transaction_id}:released"
+                                ).count() == 1
+    assert ReleaseEvent.objects.get(release=release).event == "release.review_withdrawn"
 
 
 def test_the_operator_check_reads_unknown_as_not_off_chain(clean_sandbox):
