@@ -224,6 +224,10 @@ def registry() -> dict[str, PeriodicQuery]:
           ("saga_hub_payments_memo_idx",),
           lambda: latemoney.refunded_hub_payments([SAMPLE_ID]),
           runs_in="sagas.tasks.sweep_late_money"),
+        q("late_money.unmatched.fund_intent", LOOKUP, "saga_steps",
+          ("saga_steps_fund_memo_idx",),
+          lambda: latemoney.funded_anchor_intents([SAMPLE_ID]),
+          runs_in="sagas.tasks.sweep_late_money"),
         q("inbound_drain", SWEEP, "inbound_events", ("inbound_events_waiting_idx",),
           inbox.waiting_events, runs_in="anchor.tasks.inbound_drain"),
         # A queue: folded deltas are deleted, so it never holds finished rows.

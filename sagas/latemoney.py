@@ -59,6 +59,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.db.models import QuerySet
+from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
 from anchor import stellar
@@ -187,7 +188,7 @@ def unmatched_check() -> list[str]:
     incoming = [t for t in page if t.destination == address and t.source != address]
     memos = {t.memo for t in incoming}
     sagas = dict(owning_sagas(memos))
-    refunds = set(refunded_hub_payments(memos))
+    refunds = set(refunded_hub_payments(memos)) | set(funded_anchor_intents(memos))
     own = set(treasury_accounts())
     grace = timedelta(seconds=settings.HUB_UNMATCHED_GRACE_S)
     outcomes: list[str] = []
@@ -226,6 +227,19 @@ def refunded_hub_payments(memos: Iterable[str]) -> QuerySet:
     the hub from that destination under that memo refunds or returns it. Served by
     ``saga_hub_payments_memo_idx``; registered in corridor/periodic.py."""
     return HubPayment.objects.filter(memo__in=list(memos)).values_list("destination", "memo")
+
+
+def funded_anchor_intents(memos: Iterable[str]) -> QuerySet:
+    """(account, memo) of the anchor legs' intents under one of ``memos``: the hub funded
+    that anchor account under that memo (or was about to), so a payment from it under
+    the memo is the anchor's refund, this saga's, even when the funding's
+    ``saga_hub_payments`` row was lost and the leg found the payment on chain instead
+    (20-seed loaded campaign at ffcbf26, seeds 7-9: such refunds were booked twice,
+    ``hub.unmatched`` by a hub return and ``anchor.refund`` by their saga). Served by
+    ``saga_steps_fund_memo_idx``; registered in corridor/periodic.py."""
+    return SagaStep.objects.filter(kind="anchor.fund").annotate(
+        memo=KeyTextTransform("memo", "intent"), account=KeyTextTransform(
+            "account", "intent")).filter(memo__in=list(memos)).values_list("account", "memo")
 
 
 def _int(paging_token: str) -> int:

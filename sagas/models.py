@@ -6,6 +6,7 @@ transactions; the models are for reading (admin, tests) and for the migrations."
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
+from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Now
 
 
@@ -98,6 +99,12 @@ class SagaStep(models.Model):
         db_table = "saga_steps"
         constraints = [
             models.UniqueConstraint(fields=["saga", "idx"], name="saga_steps_saga_idx"),
+        ]
+        indexes = [
+            # The late-money sweep's owner of an anchor's refund whose funding row was
+            # lost (sagas/latemoney.py ``funded_anchor_intents``).
+            models.Index(KeyTextTransform("memo", "intent"), name="saga_steps_fund_memo_idx",
+                         condition=Q(kind="anchor.fund")),
         ]
         ordering = ["saga_id", "idx"]
 

@@ -1330,6 +1330,42 @@ def hub_returns() -> list[Saga]:
     return list(Saga.objects.filter(kind="hub_return").order_by("id"))
 
 
+@pytest.mark.parametrize("intents", [True, False], ids=["intents on", "intents off"])
+def test_an_anchor_refund_of_a_funding_whose_row_was_lost_is_not_taken_for_a_strangers(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings, monkeypatch,
+        intents):
+    """20-seed loaded campaign at ffcbf26, seeds 7-9 (read from its database): saga
+    120's funding of the anchor had no ``saga_hub_payments`` row (a failover lost it;
+    the leg then found the payment on chain by its memo), so the anchor's refund under
+    the funding's memo matched no hub payment row: the late-money sweep started a hub
+    return that booked it in suspense (``hub.unmatched``), and the saga booked it too
+    (``anchor.refund``): the hub's books 11.25 USDC above its chain, twice. Now the
+    anchor leg's intent owns a payment from its account under its memo. Intents off:
+    a hub return starts."""
+    from sagas import latemoney
+
+    if not intents:
+        monkeypatch.setattr(latemoney, "funded_anchor_intents", lambda memos: [])
+    settings.HUB_UNMATCHED_GRACE_S = 1.0
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+    ends(remittance["id"], S.COMPLETED)
+    intent = fund_intent(remittance["id"])
+    HubPayment.objects.filter(saga_id=remittance["id"]).delete()  # the lost row
+    saga_beat_sweeps()  # beat was running: the hub's scan is past the funding
+
+    anchor_pays_hub(corridor_on_sandbox, intent["memo"], "1")  # the anchor sends back
+    for _ in range(4):
+        time.sleep(0.6)
+        saga_beat_sweeps()
+
+    returns = [s for s in hub_returns() if s.input.get("memo") == intent["memo"]]
+    if not intents:
+        assert returns, "the refund was taken for a stranger's"
+        return
+    assert returns == []
+
+
 def remittance_lost_after_its_202(api) -> dict:
     """A remittance whose creation a failover lost after ``POST /api/remittances``
     answered 202 with the hub account and the memo (tests/rewind.py), while beat's
