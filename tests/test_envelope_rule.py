@@ -206,13 +206,16 @@ def test_a_deposit_landing_between_lookup_and_deadness_check_is_paid_once(clean_
     assert assert_released_once(wallet, transaction_id).tx_hash == first_release.tx_hash
 
 
-def test_an_envelope_unknown_for_too_long_goes_to_review_never_rebuilt(clean_sandbox,
-                                                                       settings):
-    wallet = Wallet(clean_sandbox)
-    transaction_id = paid_deposit(clean_sandbox, wallet)
-    clean_sandbox.fault("horizon.submit_504_after_apply", times=1)
+def _reviewed_for_an_unknown_fate(sandbox, settings):
+    """A paid deposit whose envelope landed behind a 504 while Horizon's history lags
+    for ever: the reconciler, pass after pass, until the release is in review for an
+    unknown fate; then Horizon catches up (the faults cleared). Returns (wallet,
+    transaction id, the first release, the release in review)."""
+    wallet = Wallet(sandbox)
+    transaction_id = paid_deposit(sandbox, wallet)
+    sandbox.fault("horizon.submit_504_after_apply", times=1)
     first = releases.release_start(transaction_id=transaction_id)
-    clean_sandbox.fault("horizon.lookup_lag", ledgers=FOREVER)
+    sandbox.fault("horizon.lookup_lag", ledgers=FOREVER)
 
     def in_review():
         reconciler.reconcile_releases()
@@ -222,7 +225,14 @@ def test_an_envelope_unknown_for_too_long_goes_to_review_never_rebuilt(clean_san
     review = wait_for(in_review, timeout=settings.STELLAR_TX_TIMEOUT_S
                       + settings.ENVELOPE_UNKNOWN_REVIEW_S + 10, interval=0.3,
                       what="manual_review after the unknown period")
-    clean_sandbox.clear_faults()
+    sandbox.clear_faults()
+    return wallet, transaction_id, first, review
+
+
+def test_an_envelope_unknown_for_too_long_goes_to_review_never_rebuilt(clean_sandbox,
+                                                                       settings):
+    wallet, transaction_id, first, review = _reviewed_for_an_unknown_fate(clean_sandbox,
+                                                                         settings)
 
     assert (review.tx_hash, review.attempts) == (first.tx_hash, 1)
     assert "envelope fate unknown" in review.last_error
@@ -243,21 +253,7 @@ def test_a_review_for_an_unknown_fate_is_withdrawn_once_the_envelope_shows_lande
     Resume off: it stays in review."""
     if not resume:
         monkeypatch.setattr(releases, "resume_landed_review", lambda release: None)
-    wallet = Wallet(clean_sandbox)
-    transaction_id = paid_deposit(clean_sandbox, wallet)
-    clean_sandbox.fault("horizon.submit_504_after_apply", times=1)
-    first = releases.release_start(transaction_id=transaction_id)
-    clean_sandbox.fault("horizon.lookup_lag", ledgers=FOREVER)
-
-    def in_review():
-        reconciler.reconcile_releases()
-        return DepositRelease.objects.filter(transaction_id=transaction_id,
-                                             status="manual_review").first()
-
-    wait_for(in_review, timeout=settings.STELLAR_TX_TIMEOUT_S
-             + settings.ENVELOPE_UNKNOWN_REVIEW_S + 10, interval=0.3,
-             what="manual_review after the unknown period")
-    clean_sandbox.clear_faults()  # Horizon catches up: the landing shows
+    wallet, transaction_id, first, _ = _reviewed_for_an_unknown_fate(clean_sandbox, settings)
 
     for _ in range(3):
         reconciler.reconcile_releases()

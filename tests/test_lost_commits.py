@@ -205,6 +205,21 @@ def test_a_deposit_order_lost_after_the_customer_paid_it_is_rebuilt_and_released
     assert_released_once(wallet, transaction_id)
 
 
+def _deposit_refund_after_beat(settings, transaction_id: str) -> DepositRefund | None:
+    """One pass of what beat runs for a deposit's INR (the order reconciler, the notify
+    sweep, the release reconciler with its rebuilds, the refund sweep), then a drive of
+    its refund: the refund once final (completed, or a person's), else None."""
+    time.sleep(max(settings.ORDER_RECONCILER_AGE_S, settings.RECONCILER_AGE_S) + 0.1)
+    reconciler.reconcile_orders()
+    reconciler.sweep_unnotified()
+    reconciler.reconcile_releases()
+    deposit_refunds.sweep_refunds()
+    row = DepositRefund.objects.filter(transaction_id=transaction_id).first()
+    if row is not None:
+        row = deposit_refunds.refund_drive(refund_id=row.pk)
+    return row if row is not None and row.status in ("completed", "manual_review") else None
+
+
 def test_a_late_deposit_whose_order_was_lost_is_rebuilt_and_its_inr_refunded_once(
         clean_sandbox, settings):
     """Chaos seed 1 with one burner (issue 25): the failover lost a deposit's order and
@@ -234,17 +249,8 @@ def test_a_late_deposit_whose_order_was_lost_is_rebuilt_and_its_inr_refunded_onc
     assert reconciler.reconcile_orders().get("order_rebuilt", 0) >= 1
     assert DepositOrder.objects.get(transaction_id=transaction_id).order_id == order_id
 
-    def refunded() -> DepositRefund | None:  # what beat runs, pass after pass
-        time.sleep(settings.ORDER_RECONCILER_AGE_S + 0.1)
-        reconciler.reconcile_orders()
-        reconciler.sweep_unnotified()
-        row = DepositRefund.objects.filter(transaction_id=transaction_id).first()
-        if row is not None:
-            row = deposit_refunds.refund_drive(refund_id=row.pk)
-        return row if row is not None and row.status in ("manual_review", "completed") \
-            else None
-
-    refund = wait_for(refunded, timeout=60, what="the captured INR refunded", explain=lambda: (
+    refund = wait_for(lambda: _deposit_refund_after_beat(settings, transaction_id),
+                      timeout=60, what="the captured INR refunded", explain=lambda: (
         list(DepositOrder.objects.filter(transaction_id=transaction_id).values("status")),
         list(DepositPayment.objects.filter(transaction_id=transaction_id).values(
             "confirmation", "notify_attempts", "notify_error", "ap_notified_at"))))
@@ -293,19 +299,8 @@ def test_a_late_deposits_refund_lost_after_razorpay_made_it_is_rebuilt_once(
     purge_broker()
 
     # then what beat runs rebuilds the refund from Razorpay, once, and books it
-    def rebuilt() -> DepositRefund | None:
-        time.sleep(max(settings.ORDER_RECONCILER_AGE_S, settings.RECONCILER_AGE_S) + 0.1)
-        reconciler.reconcile_orders()
-        reconciler.sweep_unnotified()
-        reconciler.reconcile_releases()
-        deposit_refunds.sweep_refunds()
-        row = DepositRefund.objects.filter(transaction_id=transaction_id).first()
-        if row is not None:
-            row = deposit_refunds.refund_drive(refund_id=row.pk)
-        return row if row is not None and row.status in ("completed", "manual_review") \
-            else None
-
-    row = wait_for(rebuilt, timeout=30, what="the refund rebuilt", explain=lambda: (
+    row = wait_for(lambda: _deposit_refund_after_beat(settings, transaction_id),
+                   timeout=30, what="the refund rebuilt", explain=lambda: (
         list(DepositRefund.objects.filter(transaction_id=transaction_id).values(
             "status", "last_error")), ap(transaction_id)["status"],
         list(DepositPayment.objects.filter(transaction_id=transaction_id).values(

@@ -1198,6 +1198,26 @@ def test_a_lost_hub_payment_hidden_by_a_lagging_history_is_not_paid_again(
     assert_hub_matches_chain(hub_chain + D(AMOUNT))
 
 
+def rescued_after_the_rewind(remittance: dict, partner_wallet: dict
+                             ) -> tuple[Saga, list[stellar.Transfer]]:
+    """Run the saga again as another worker after a rewind, until it stops or the hub
+    funds anyone but the partner with the remittance's amount. Returns the saga and those
+    fundings made since the rewind (the session's chain keeps earlier tests')."""
+    def funded() -> list:
+        return [t for t in stellar.find_transfers_by_reference(hub.hub_address(), None)
+                if t.source == hub.hub_address() and t.tx_hash not in earlier
+                and t.destination != partner_wallet["account"] and t.amount == D(AMOUNT)]
+
+    earlier: set = set()
+    earlier = {t.tx_hash for t in funded()}
+    wait_for(lambda: engine.run(remittance["id"], "rescuer", dispatch=False).status
+             not in Saga.OPEN_STATUSES or funded(), timeout=30,
+             what="the saga stopped, or the anchor funded",
+             explain=lambda: list(SagaEvent.objects.filter(saga_id=remittance["id"])
+                                  .order_by("-id").values_list("idx", "event", "detail")[:4]))
+    return Saga.objects.get(pk=remittance["id"]), funded()
+
+
 @pytest.mark.parametrize("check", [True, False], ids=["check on", "check off"])
 def test_a_partner_refund_whose_commits_were_lost_is_not_followed_by_funding_the_anchor(
         api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, check):
@@ -1232,21 +1252,7 @@ def test_a_partner_refund_whose_commits_were_lost_is_not_followed_by_funding_the
     assert rewind.rewind(before)["saga_hub_payments"] == 1
     monkeypatch.setattr(AnchorFund, "_check_not_rejected", unpatched)  # the next one is not
 
-    def funded() -> list:  # hub -> anyone but the partner, the amount, since the rewind
-        return [t for t in stellar.find_transfers_by_reference(hub.hub_address(), None)
-                if t.source == hub.hub_address() and t.tx_hash not in earlier
-                and t.destination != partner_wallet["account"] and t.amount == D(AMOUNT)]
-
-    earlier: set = set()  # the session's chain keeps earlier tests' payments
-    earlier = {t.tx_hash for t in funded()}
-
-    wait_for(lambda: engine.run(remittance["id"], "rescuer", dispatch=False).status
-             not in Saga.OPEN_STATUSES or funded(), timeout=30,
-             what="the saga stopped, or the anchor funded",
-             explain=lambda: list(SagaEvent.objects.filter(saga_id=remittance["id"])
-                                  .order_by("-id").values_list("idx", "event", "detail")[:4]))
-    saga = Saga.objects.get(pk=remittance["id"])
-    funded = funded()
+    saga, funded = rescued_after_the_rewind(remittance, partner_wallet)
     if not check:
         assert funded, f"{saga.status}: {saga.error}"  # the anchor was paid after all
         with pytest.raises(AssertionError, match="chain moved"):
@@ -1293,21 +1299,7 @@ def test_a_lost_partner_refund_after_the_conversion_is_not_followed_by_funding_t
     assert SagaStep.objects.get(saga_id=remittance["id"], kind="fx.convert").status == "done"
     monkeypatch.setattr(AnchorFund, "_check_not_rejected", unpatched)  # the next one is not
 
-    def funded() -> list:  # hub -> anyone but the partner, the amount, since the rewind
-        return [t for t in stellar.find_transfers_by_reference(hub.hub_address(), None)
-                if t.source == hub.hub_address() and t.tx_hash not in earlier
-                and t.destination != partner_wallet["account"] and t.amount == D(AMOUNT)]
-
-    earlier: set = set()  # the session's chain keeps earlier tests' payments
-    earlier = {t.tx_hash for t in funded()}
-
-    wait_for(lambda: engine.run(remittance["id"], "rescuer", dispatch=False).status
-             not in Saga.OPEN_STATUSES or funded(), timeout=30,
-             what="the saga stopped, or the anchor funded",
-             explain=lambda: list(SagaEvent.objects.filter(saga_id=remittance["id"])
-                                  .order_by("-id").values_list("idx", "event", "detail")[:4]))
-    saga = Saga.objects.get(pk=remittance["id"])
-    funded = funded()
+    saga, funded = rescued_after_the_rewind(remittance, partner_wallet)
     if not check:
         assert funded, f"{saga.status}: {saga.error}"  # the anchor was paid after all
         return
