@@ -29,7 +29,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
@@ -562,10 +562,16 @@ def _undecided(release: DepositRelease, fate: envelopes.Fate, *,
     asks again), never rebuild; once ``envelopes.unknown_overdue``, a person decides,
     with the evidence."""
     if envelopes.unknown_overdue(release.max_time):
-        _set_status(release, Status.MANUAL_REVIEW,
-                    f"{note}envelope fate unknown past max_time + "
-                    f"{settings.ENVELOPE_UNKNOWN_REVIEW_S:g}s: {fate.reason}; "
-                    f"evidence {fate.evidence}")
+        with transaction.atomic():
+            stopped = _set_status(release, Status.MANUAL_REVIEW,
+                                  f"{note}envelope fate unknown past max_time + "
+                                  f"{settings.ENVELOPE_UNKNOWN_REVIEW_S:g}s: {fate.reason}; "
+                                  f"evidence {fate.evidence}")
+            if stopped:
+                ReleaseEvent.objects.create(
+                    release=release, event=UNKNOWN_FATE_EVENT,
+                    operator=operator_name(None), note=fate.reason[:2000],
+                    detail={"tx_hash": release.tx_hash, "evidence": fate.evidence})
     else:
         _note(release, f"{note}envelope fate unknown, waiting: {fate.reason}")
     return DepositRelease.objects.get(pk=release.pk)
@@ -828,16 +834,20 @@ def release_chain_check(release: DepositRelease) -> ChainCheck:
     return ChainCheck(state, fate.reason, fate.evidence)
 
 
-UNKNOWN_FATE = "envelope fate unknown past max_time"
+UNKNOWN_FATE_EVENT = "release.review_unknown_fate"
 
 
 def unknown_fate_reviews(limit: int = 50):
     """Releases stopped for a person because Horizon could not place their envelope in
-    time (``_undecided``), oldest first, at most ``limit``: the reconciler asks the rule
-    again (``resume_landed_review``)."""
-    return DepositRelease.objects.filter(
-        status=Status.MANUAL_REVIEW, last_error__contains=UNKNOWN_FATE,
-    ).exclude(tx_hash="").order_by("updated_at")[:limit]
+    time (``_undecided``, which writes a ``release.review_unknown_fate`` audit row in the
+    same commit), oldest first, at most ``limit``: the reconciler asks the rule again
+    (``resume_landed_review``). Chosen by that row being the release's latest event
+    (an operator's action since writes its own), never by the text of ``last_error``."""
+    latest = (ReleaseEvent.objects.filter(release=OuterRef("pk"))
+              .order_by("-id").values("event")[:1])
+    return (DepositRelease.objects.filter(status=Status.MANUAL_REVIEW)
+            .exclude(tx_hash="").annotate(latest_event=Subquery(latest))
+            .filter(latest_event=UNKNOWN_FATE_EVENT).order_by("updated_at")[:limit])
 
 
 def resume_landed_review(release: DepositRelease) -> DepositRelease | None:

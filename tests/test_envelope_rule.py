@@ -267,7 +267,20 @@ def test_a_review_for_an_unknown_fate_is_withdrawn_once_the_envelope_shows_lande
     assert assert_released_once(wallet, transaction_id).tx_hash == first.tx_hash
     assert Entry.objects.filter(idempotency_key=f"deposit:{transaction_id}:released"
                                 ).count() == 1
-    assert ReleaseEvent.objects.get(release=release).event == "release.review_withdrawn"
+    assert list(ReleaseEvent.objects.filter(release=release).values_list("event", flat=True)
+                ) == ["release.review_unknown_fate", "release.review_withdrawn"]
+
+
+def test_only_a_review_for_an_unknown_fate_is_asked_again(clean_sandbox, settings):
+    """The reconciler's second look picks releases by their latest audit row, never by
+    the text of ``last_error``: one the rule stopped for an unknown fate is picked; once
+    an operator's action follows (its own row), or for a review the rule did not write,
+    it is not."""
+    _, transaction_id, _, review = _reviewed_for_an_unknown_fate(clean_sandbox, settings)
+    assert [r.pk for r in releases.unknown_fate_reviews()] == [review.pk]
+    ReleaseEvent.objects.create(release=review, event="release.redrive",
+                                operator="ops", note="looked at it")
+    assert list(releases.unknown_fate_reviews()) == []
 
 
 def test_the_operator_check_reads_unknown_as_not_off_chain(clean_sandbox):
