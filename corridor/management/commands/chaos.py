@@ -434,12 +434,22 @@ class _Campaign:
         per kind: faults of one kind compete for the same item (seed 1 with two burners:
         reject_before_funding and fail_payout took the two mop-up remittances,
         fail_payout_then_refund never met one). Faults not required to fire (SOMETIMES,
-        NOT_IN_TRAFFIC) get none: an item each made a seed's mop-up 14 deposits longer."""
+        NOT_IN_TRAFFIC) get none: an item each made a seed's mop-up 14 deposits longer.
+        Nor do kinds the run was told to drive none of (``--deposits 0``: the guard-off
+        run drives withdrawals only; its deposit faults simply never fire)."""
+        asked = {"deposit": self.o["deposits"], "withdrawal": self.o["withdrawals"],
+                 "remittance": self.o["remittances"]}
+
+        def kind(name: str) -> str:
+            return KIND_OF.get(name) or KIND_OF.get(name.split(".")[0], "deposit")
+
+        def waiting(name: str) -> bool:
+            return (name not in PEEK_ONLY and name not in UNREACHABLE
+                    and name not in SOMETIMES and name not in NOT_IN_TRAFFIC
+                    and asked.get(kind(name), 1) > 0)
+
         for round_ in range(2):
-            kinds = sorted(KIND_OF.get(name) or KIND_OF.get(name.split(".")[0], "deposit")
-                           for name in on
-                           if name not in PEEK_ONLY and name not in UNREACHABLE
-                           and name not in SOMETIMES and name not in NOT_IN_TRAFFIC)
+            kinds = sorted(kind(name) for name in on if waiting(name))
             if not kinds:
                 return
             extra = [_Event(0, kind, f"{kind}-{100 + 10 * round_ + i}")
@@ -449,9 +459,7 @@ class _Campaign:
             for future in [pool.submit(self._drive, e, seed) for e in extra]:
                 future.result()
             deadline = time.monotonic() + settings.CHAOS_MOP_UP_WAIT_S
-            while time.monotonic() < deadline and any(
-                    n not in PEEK_ONLY and n not in UNREACHABLE and n not in SOMETIMES
-                    and n not in NOT_IN_TRAFFIC for n in on):
+            while time.monotonic() < deadline and any(waiting(n) for n in on):
                 time.sleep(0.5)
                 self._sweep_fired(on, result, close=False)
 
