@@ -312,7 +312,7 @@ def pytest_sessionstart(session):
 
 # The two chaos campaigns (tests/campaign.py: their own PostgreSQL and Redis, so any
 # order is safe), each alone in its file, by where it should start.
-_LONG_FIRST = "tests/test_chaos.py"  # the loaded one-seed campaign: the longest file
+_LONG_FIRST = "tests/test_chaos.py"  # the loaded three-seed campaign: the longest file
 _SHORT_LAST = "tests/test_chaos_guard_off.py"
 
 

@@ -1,6 +1,6 @@
 """``manage.py chaos`` with the payout guard off finds a violation, so the checker that
 tests/test_chaos.py relies on can fail. A file of its own: pytest-xdist (``--dist
-loadfile``) runs it on the other worker than that file's loaded one-seed campaign
+loadfile``) runs it on the other worker than that file's loaded three-seed campaign
 (tests/campaign.py: its own embedded PostgreSQL and Redis)."""
 
 from __future__ import annotations

@@ -568,7 +568,13 @@ class _Campaign:
             pass
         finally:
             connections.close_all()
-        name = target or rng.choice(self.sup.names("worker-"))
+        if target is None:  # any worker that is up (one killed a moment ago is not yet)
+            deadline = time.monotonic() + 10
+            while not (running := [n for n in self.sup.names("worker-") if self.sup.pid(n)]) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.2)
+            target = rng.choice(running or self.sup.names("worker-"))
+        name = target
         self.say(f"chaos: pause_worker {name} (" + (
             f"holding the lease of saga {held[0]} at fence {held[1]}" if held else "any") + ")")
         if held is None:
