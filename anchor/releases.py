@@ -837,17 +837,31 @@ def release_chain_check(release: DepositRelease) -> ChainCheck:
 UNKNOWN_FATE_EVENT = "release.review_unknown_fate"
 
 
-def unknown_fate_reviews(limit: int = 50):
+_review_turn = {"after": 0}  # this process's place in the turn (a restart begins again)
+
+
+def unknown_fate_reviews(limit: int | None = None) -> list[DepositRelease]:
     """Releases stopped for a person because Horizon could not place their envelope in
     time (``_undecided``, which writes a ``release.review_unknown_fate`` audit row in the
-    same commit), oldest first, at most ``limit``: the reconciler asks the rule again
-    (``resume_landed_review``). Chosen by that row being the release's latest event
-    (an operator's action since writes its own), never by the text of ``last_error``."""
+    same commit), at most ``limit`` (RELEASE_REVIEW_RECHECK_BATCH): the reconciler asks
+    the rule again (``resume_landed_review``). Chosen by that row being the release's
+    latest event (an operator's action since writes its own), never by the text of
+    ``last_error``. They take turns by id, wrapping round, so reviews that stay
+    unresolved never keep later ones from being asked (stop 34's review: a fixed
+    oldest-50 starved the 51st)."""
+    limit = limit or settings.RELEASE_REVIEW_RECHECK_BATCH
     latest = (ReleaseEvent.objects.filter(release=OuterRef("pk"))
               .order_by("-id").values("event")[:1])
-    return (DepositRelease.objects.filter(status=Status.MANUAL_REVIEW)
-            .exclude(tx_hash="").annotate(latest_event=Subquery(latest))
-            .filter(latest_event=UNKNOWN_FATE_EVENT).order_by("updated_at")[:limit])
+    reviews = (DepositRelease.objects.filter(status=Status.MANUAL_REVIEW)
+               .exclude(tx_hash="").annotate(latest_event=Subquery(latest))
+               .filter(latest_event=UNKNOWN_FATE_EVENT).order_by("pk"))
+    chosen = list(reviews.filter(pk__gt=_review_turn["after"])[:limit])
+    if len(chosen) < limit and _review_turn["after"]:
+        seen = {r.pk for r in chosen}
+        chosen += [r for r in reviews.filter(pk__lte=_review_turn["after"])[:limit - len(chosen)]
+                   if r.pk not in seen]
+    _review_turn["after"] = chosen[-1].pk if chosen else 0
+    return chosen
 
 
 def resume_landed_review(release: DepositRelease) -> DepositRelease | None:

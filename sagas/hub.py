@@ -29,7 +29,10 @@ is built on exactly that sequence + 1, so an envelope of a lost run still in fli
 and the new one share a sequence and at most one of them applies. Found by the
 20-seed loaded campaign at a927fb9, seed 5: a failover lost saga 135's anchor.fund
 run after the hub paid the anchor 115.25 USDC; the next run's look read a history
-lagging behind it and paid the anchor's new transaction too.
+lagging behind it and paid the anchor's new transaction too. A rebuild of a dead
+envelope waits, looks and checks the same way (stop 34's review: a lost run's rebuild
+had paid the anchor after the stored envelope died, and a history showing the dead
+one's consumer but not that rebuild let a third envelope pay again).
 
 Hub submissions take turns under a PostgreSQL advisory lock: Stellar core queues one
 transaction per source account (horizon/NOTES.md; the sandbox's Horizon enforces it), so
@@ -145,8 +148,9 @@ def pay(ctx: LegContext, payment: Payment, *, crash_name: str,
     """Pay ``payment`` from the hub at most once for ``ctx.idempotency_key`` and return
     the Stellar transaction hash once it is in a ledger. ``crash_name``: the crash point
     reached right after Horizon said the payment applied, before anything records it.
-    ``before_first``: called once the history covers the hub's sequence, before the
-    key's first envelope is built (it raises to stop the payment).
+    ``before_first``: called once the history covers the hub's sequence, before each
+    envelope of the key is built, the first or a rebuild (it raises to stop the
+    payment).
 
     Raises HubBusy (try later, nothing done), HubPaymentUnknown (wait: the look-up
     decides), HubPaymentFailed (retry), ManualReviewError (the envelope's fate stayed
@@ -160,18 +164,6 @@ def pay(ctx: LegContext, payment: Payment, *, crash_name: str,
             return found.tx_hash
     with _hub_turn(ctx):
         row = HubPayment.objects.filter(key=ctx.idempotency_key).first()
-        sequence = None
-        if row is None and lookup and settings.HUB_HISTORY_COVERAGE_CHECK:
-            sequence = stellar.account_sequence(hub_address())
-            if not envelopes.history_shows_sequence(hub_address(), sequence):
-                raise HubPaymentUnknown(
-                    f"Horizon's history does not show the hub's transaction {sequence} "
-                    "yet: no first envelope before it does")
-            found = find(payment, cursor=ctx.stellar_cursor)
-            if found is not None:
-                return found.tx_hash
-            if before_first is not None:
-                before_first()
         if row is not None and lookup:
             fate = _fate(row)
             if fate.state == envelopes.LANDED and fate.successful:
@@ -185,8 +177,32 @@ def pay(ctx: LegContext, payment: Payment, *, crash_name: str,
                         f"past max_time + {settings.ENVELOPE_UNKNOWN_REVIEW_S:g}s: "
                         f"{fate.reason}; evidence {fate.evidence}")
                 raise HubPaymentUnknown(f"{row.tx_hash}: {fate.reason}")
+        sequence = None
+        if lookup and settings.HUB_HISTORY_COVERAGE_CHECK:
+            sequence = _covered_sequence(payment, ctx, first=row is None)
+            if isinstance(sequence, str):
+                return sequence  # found on chain: a lost run's envelope paid it
+            if before_first is not None:
+                before_first()
         row = _build(ctx, payment, row, sequence=sequence)
         return _submit(row, crash_name)
+
+
+def _covered_sequence(payment: Payment, ctx: LegContext, *, first: bool) -> int | str:
+    """Before any envelope is built for a leg key, the first or a rebuild of a dead one:
+    the hub's sequence as its state reads it, once Horizon's history shows the
+    transaction that used it; then the look for ``payment`` on that history. Returns
+    that sequence (build on it + 1), or the hash of the payment found. A rebuild needs
+    it as much as a first envelope: a lost run may have rebuilt and paid after the
+    stored envelope died (stop 34's review). Raises HubPaymentUnknown while the history
+    lags behind the state, stellar.HorizonUnavailable."""
+    sequence = stellar.account_sequence(hub_address())
+    if not envelopes.history_shows_sequence(hub_address(), sequence):
+        raise HubPaymentUnknown(
+            f"Horizon's history does not show the hub's transaction {sequence} yet: no "
+            f"{'first' if first else 'new'} envelope before it does")
+    found = find(payment, cursor=ctx.stellar_cursor)
+    return found.tx_hash if found is not None else sequence
 
 
 def envelope_outstanding(ctx: LegContext) -> bool:

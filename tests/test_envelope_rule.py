@@ -38,7 +38,11 @@ from payouts import operations as payout_ops
 from payouts.models import WithdrawalRefund, WithdrawalRequest
 from sagas import engine, hub, remittances
 from sagas.models import HubPayment, Saga, SagaEvent
-from tests.factories import StellarReceiptFactory, WithdrawalRequestFactory
+from tests.factories import (
+    DepositReleaseFactory,
+    StellarReceiptFactory,
+    WithdrawalRequestFactory,
+)
 from tests.flows import (
     Wallet,
     assert_released_once,
@@ -281,6 +285,25 @@ def test_only_a_review_for_an_unknown_fate_is_asked_again(clean_sandbox, setting
     ReleaseEvent.objects.create(release=review, event="release.redrive",
                                 operator="ops", note="looked at it")
     assert list(releases.unknown_fate_reviews()) == []
+
+
+@pytest.mark.parametrize("turns", [True, False], ids=["turns on", "turns off"])
+def test_reviews_for_an_unknown_fate_take_turns_so_none_is_starved(monkeypatch, turns):
+    """Stop 34's review: the reconciler asked about the oldest 50 such reviews only, so
+    50 that stayed unresolved kept the 51st (whose envelope may have landed) from ever
+    being asked again. Now they take turns, wrapping round. Turns off (every pass from
+    the start): the third of three, two a pass, is never asked."""
+    reviews = [DepositReleaseFactory(status="manual_review") for _ in range(3)]
+    for release in reviews:
+        ReleaseEvent.objects.create(release=release, event=releases.UNKNOWN_FATE_EVENT,
+                                    operator="system", note="unknown")
+    monkeypatch.setitem(releases._review_turn, "after", 0)
+    asked = set()
+    for _ in range(3):
+        if not turns:
+            releases._review_turn["after"] = 0
+        asked |= {r.pk for r in releases.unknown_fate_reviews(limit=2)}
+    assert (asked == {r.pk for r in reviews}) is turns
 
 
 def test_the_operator_check_reads_unknown_as_not_off_chain(clean_sandbox):

@@ -26,6 +26,7 @@ from decimal import Decimal
 import pytest
 from django import db
 from django.conf import settings
+from django.utils import timezone
 from rest_framework.test import APIClient
 from stellar_sdk import Server, TransactionBuilder
 from stellar_sdk.client.requests_client import RequestsClient
@@ -1198,6 +1199,87 @@ def test_a_lost_hub_payment_hidden_by_a_lagging_history_is_not_paid_again(
     assert_hub_matches_chain(hub_chain + D(AMOUNT))
 
 
+@pytest.mark.parametrize("coverage", [True, False], ids=["coverage on", "coverage off"])
+def test_a_lost_hub_rebuild_hidden_by_a_lagging_history_is_not_paid_again(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings, monkeypatch,
+        coverage):
+    """The attacker's review at stop 34 (sagas/hub.py: only a leg key's first envelope
+    waited for the history): the stored envelope E_a of a refund to the partner was
+    dropped and another hub payment used its sequence (E_a dead); the next run built
+    E_b, which refunded the partner, and a failover lost that run's commits (the row
+    back to E_a); the run after read a history that showed E_a's consumer but not E_b,
+    took E_a for dead and nothing paid, and built E_c: the partner refunded twice
+    (no counterparty record stops it, as the anchor's does for its funding). Now every
+    envelope, the first or a rebuild, waits for a history that shows the hub's
+    sequence, looks, and asks ``before_first``. Coverage off: refunded twice."""
+    settings.HUB_HISTORY_COVERAGE_CHECK = coverage
+    settings.STELLAR_TX_TIMEOUT_S = 30  # E_c outlives the held ledger clock
+    sandbox = corridor_on_sandbox
+    float_usdc = 2 * D(AMOUNT)  # a float on the hub, to pay twice beside the other payment
+    sandbox.http.post("/horizon/sandbox/fund", json={
+        "account": hub.hub_address(), "amount": str(float_usdc)}).raise_for_status()
+    sandbox.fault("anchor31.reject_before_funding", times=1)
+    rejected_first(monkeypatch)
+    remittance = create(api)
+    partner_pays(sandbox, remittance)
+    # given the compensation's refund to the partner, its envelope E_a dropped
+    sandbox.fault("horizon.submit_drop", wait_s=0.5)
+    wait_for(lambda: engine.run(remittance["id"], "first", dispatch=False) and
+             HubPayment.objects.filter(saga_id=remittance["id"]).exists(),
+             timeout=30, what="the partner refund's first envelope stored")
+    sandbox.clear_faults()
+    e_a = HubPayment.objects.get(saga_id=remittance["id"])
+    # and another hub payment on E_a's sequence (E_a can never land)
+    other = stellar.build_payment_from(
+        source=stellar.hub_keypair(), sequence=e_a.sequence,
+        destination=partner_wallet["account"], amount=D("0.5"), memo_type="text",
+        memo="another saga", max_time=int(time.time()) + 30)
+    assert stellar.submit(other.to_xdr()).kind == "applied"
+    before = rewind.mark()
+    # when the next run rebuilds, E_b refunds the partner, and the failover loses that run
+    killed = run_manage("run_saga", str(remittance["id"]), "--worker", "victim",
+                        crash_at="remittance.partner_refund.paid")
+    assert killed.returncode == -9, killed.stdout + killed.stderr[-3000:]
+    e_b = HubPayment.objects.get(saga_id=remittance["id"]).tx_hash
+    assert e_b != e_a.tx_hash
+    assert rewind.rewind(before)["saga_hub_payments"] == 2  # E_b's version out, E_a's in
+    wait_for(lambda: not Saga.objects.filter(pk=remittance["id"],
+                                             lease_until__gt=timezone.now()).exists(),
+             timeout=30, what="the saga's lease free")
+    # and the run after reads a history that shows E_a's consumer, not E_b (the
+    # ledger clock held, so the lag stays put while the run decides)
+    e_b_ledger = stellar.find_transaction(e_b)["ledger"]
+    sandbox.fault("horizon.close_hold")
+    latest = int(sandbox.http.get("/horizon/").json()["history_latest_ledger"])
+    sandbox.fault("horizon.lookup_lag", ledgers=latest - e_b_ledger + 1)
+    assert stellar.find_transaction(e_b) is None
+    try:
+        deadline = time.monotonic() + 4.0  # runs for a few seconds, the lag held
+        while time.monotonic() < deadline:
+            engine.run(remittance["id"], "rescuer", dispatch=False)
+            after = HubPayment.objects.get(saga_id=remittance["id"]).tx_hash
+            if after != e_a.tx_hash:
+                break
+            time.sleep(0.2)
+    finally:
+        sandbox.clear_faults()
+    assert (after == e_a.tx_hash) is coverage  # on: waited for the history; off: E_c
+    ends(remittance["id"], S.COMPENSATED)
+
+    def partner_refunds() -> list[stellar.Transfer]:
+        return [t for t in transfers(remittance["memo"], source=hub.hub_address(),
+                                     destination=partner_wallet["account"])
+                if t.amount == D(AMOUNT)]
+
+    if not coverage:  # the protection switched off: E_c, queued, refunds the partner again
+        wait_for(lambda: len(partner_refunds()) == 2, timeout=10, what="E_c applied")
+        return
+    time.sleep(1.0)  # a few ledgers: nothing else was queued to land
+    refunds = partner_refunds()
+    assert [t.tx_hash for t in refunds] == [e_b]
+    assert_hub_matches_chain(hub_chain + float_usdc - D("0.5"))  # the other: not booked
+
+
 def rescued_after_the_rewind(remittance: dict, partner_wallet: dict
                              ) -> tuple[Saga, list[stellar.Transfer]]:
     """Run the saga again as another worker after a rewind, until it stops or the hub
@@ -1266,17 +1348,30 @@ def test_a_partner_refund_whose_commits_were_lost_is_not_followed_by_funding_the
     assert_hub_matches_chain(hub_chain + D(AMOUNT))
 
 
-@pytest.mark.parametrize("check", [True, False], ids=["check on", "check off"])
+@pytest.mark.parametrize("check, guard", [(True, True), (False, True), (True, False)],
+                         ids=["check on", "check off", "undo guard off"])
 def test_a_lost_partner_refund_after_the_conversion_is_not_followed_by_funding_the_anchor(
-        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, check):
+        api, corridor_on_sandbox, partner_wallet, hub_chain, monkeypatch, check, guard):
     """20-seed loaded campaign at 3c81d47, seed 6 (read from its database): as above,
     but the failover lost only the commits after the conversion (the anchor leg's
     intent, the compensation, the hub payment row), so the saga resumed at the anchor
     leg, past the fill leg's look: it funded the anchor's new transaction, and the hub
     paid 12.25 USDC twice. Now the anchor leg's look before its first envelope finds
     the unrecorded refund to the partner and stops for a person, booking the
-    compensation as it happened. Check off: the anchor is funded."""
-    from sagas.plans.remittance import AnchorFund
+    compensation as it happened. Check off: the anchor is funded.
+
+    Then an operator presses "compensate" (the preview offers to undo the conversion
+    and the fill, still ``done``): stop 34's review found the conversion undone twice
+    in the books (the look had booked it already) and the partner's account short.
+    ``FxConvert.compensate`` books no second undo. Guard off: the saga's books no
+    longer net to zero."""
+    from django.contrib.auth.models import User
+
+    from sagas import operations
+    from sagas.plans.remittance import AnchorFund, FxConvert
+
+    if not guard:
+        monkeypatch.setattr(FxConvert, "_undone_already", staticmethod(lambda ctx: False))
 
     unpatched = AnchorFund.__dict__["_check_not_rejected"]
     if not check:
@@ -1309,6 +1404,21 @@ def test_a_lost_partner_refund_after_the_conversion_is_not_followed_by_funding_t
     assert kinds(saga.pk) == ["bridge.fill", "fx.convert", "fx.convert.undo",
                               "bridge.unfill", "bridge.refund"]
     assert net(saga.pk) == {}  # every account of the saga nets to zero, the hub too
+    assert_hub_matches_chain(hub_chain + D(AMOUNT))
+
+    olga = User.objects.create_superuser("olga", "olga@example.com", "x" * 16)
+    operations.saga_compensate(saga_id=saga.pk, operator=olga, note="undo what is left")
+    drive(saga.pk, "driver", timeout=20.0)
+    saga = Saga.objects.get(pk=saga.pk)
+    assert funded == [] and len(transfers(remittance["memo"], source=hub.hub_address(),
+                                          destination=partner_wallet["account"])) == 1
+    if not guard:  # the protection switched off: the conversion undone twice
+        assert kinds(saga.pk).count("fx.convert.undo") == 2
+        assert net(saga.pk) != {}
+        return
+    assert saga.status == S.COMPENSATED, saga.error
+    assert kinds(saga.pk).count("fx.convert.undo") == 1
+    assert net(saga.pk) == {}
     assert_hub_matches_chain(hub_chain + D(AMOUNT))
 
 

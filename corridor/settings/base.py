@@ -684,6 +684,9 @@ KYC_ERASE_PERIOD_S = env.float("KYC_ERASE_PERIOD_S", default=3600.0)
 # An envelope whose fate Horizon cannot prove (landed, alive or dead) this long after
 # its max_time goes to manual_review with the evidence, never to a rebuild.
 ENVELOPE_UNKNOWN_REVIEW_S = env.float("ENVELOPE_UNKNOWN_REVIEW_S", default=900.0)
+# The reconciler asks the rule again about releases in review for an unknown fate, this
+# many a pass, taking turns (anchor/releases.py unknown_fate_reviews).
+RELEASE_REVIEW_RECHECK_BATCH = env.int("RELEASE_REVIEW_RECHECK_BATCH", default=50)
 # Withdrawal refunds (payouts/refunds.py): the beat sweep re-drives refunds left open
 # this long, every REFUND_SWEEP_PERIOD_S.
 REFUND_SWEEP_AGE_S = env.float("REFUND_SWEEP_AGE_S", default=25.0)

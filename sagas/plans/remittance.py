@@ -76,7 +76,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from anchor import stellar
-from ledger.models import Posting
+from ledger.models import Entry, Posting
 from ledger.services import Line
 from sagas import anchor31, hub
 from sagas.legs import (
@@ -329,11 +329,21 @@ class FxConvert(Leg):
             bookings=[Booking("fx.convert", lines)])
 
     def compensate(self, ctx: LegContext, output: dict[str, Any]) -> LegOutcome:
+        """Undo the conversion in the books, once: a saga whose look found its lost
+        refund to the partner (``AnchorFund._check_no_lost_partner_refund``) booked the
+        undo already, and an operator's "compensate" after that stop books nothing
+        more (stop 34's review: the conversion undone twice, the books short)."""
+        if self._undone_already(ctx):
+            return LegOutcome(output={"reversed": True, "booked_before": True})
         usdc, inr = Decimal(output["usdc"]), Decimal(output["inr"])
         lines = [Line(_partner(ctx), USDC, -usdc), Line(FX, USDC, usdc),
                  Line(FX, INR, -inr), Line(PAYABLE, INR, inr)]
         return LegOutcome(output={"reversed": True},
                           bookings=[Booking("fx.convert.undo", lines)])
+
+    @staticmethod
+    def _undone_already(ctx: LegContext) -> bool:
+        return Entry.objects.filter(saga_id=ctx.saga.id, kind="fx.convert.undo").exists()
 
 
 # --- 2 ------------------------------------------------------------------------------
@@ -388,8 +398,9 @@ class AnchorFund(Leg):
 
     def _before_first_payment(self, ctx: LegContext, intent: dict[str, Any],
                               amount: Decimal) -> None:
-        """``hub.pay``'s look before the first envelope, on a history that shows the hub's
-        sequence: no lost payment to this anchor, and no lost refund to the partner."""
+        """``hub.pay``'s look before each envelope (the first, or a rebuild of a dead
+        one), on a history that shows the hub's sequence: no lost payment to this anchor,
+        and no lost refund to the partner."""
         self._check_no_lost_partner_refund(ctx)
         self._check_no_lost_payment(ctx, {"stellar_account_id": intent["account"],
                                           "stellar_memo": intent["memo"]}, amount)
