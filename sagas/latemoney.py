@@ -340,13 +340,14 @@ def excess_check(*, saga_id: int) -> str:
     if saga is None or fill is None:
         return "skipped"
     address = hub.hub_address()
+    key = f"{EXCESS_CURSOR}:{saga_id}"
     try:
-        excess = [t for t in stellar.find_transfers_by_reference(
-            address, saga.reference, saga.stellar_cursor)
-            if t.destination == address and t.source != address and t.tx_hash != fill]
+        start, read, last = _scan(address, key, saga.stellar_cursor)
     except stellar.HorizonUnavailable as exc:
         log.warning("late money: saga %s: %s", saga_id, exc)
         return "unreadable"
+    excess = [t for t in read if t.memo == saga.reference and t.destination == address
+              and t.source != address and t.tx_hash != fill]
     outcome = "unchanged"
     for transfer in excess:
         if transfer.asset != stellar.usdc_asset_id():
@@ -358,7 +359,49 @@ def excess_check(*, saga_id: int) -> str:
                                                 f"{transfer.tx_hash}").exists():
             continue
         outcome = _return_excess(saga, transfer)
+        if outcome != "returned":  # the next run reads from just before this one
+            last = _before(read, transfer, start)
+            break
+    _scanned(key, last)
     return outcome
+
+
+# Where each settled remittance's look for excess stopped (stellar_cursors, per saga).
+EXCESS_CURSOR = "sagas.excess"
+
+
+def _scan(address: str, key: str, since: str) -> tuple[str, list[stellar.Transfer], str]:
+    """The hub's successful payments after the look's stored cursor (``key``; the
+    saga's own ``since`` before its first look, or with LATE_MONEY_SCAN_CURSOR off),
+    oldest first, at most LATE_MONEY_SCAN_PAGES pages: (where it started, the
+    payments, the paging token of the last record read). A lagging history serves a
+    prefix, so what it did not show comes after that token. Raises
+    stellar.HorizonUnavailable."""
+    cursor = since or ""
+    if settings.LATE_MONEY_SCAN_CURSOR:
+        state = ChainCursor.objects.filter(account=key).first()
+        if state is not None and _int(state.cursor) > _int(cursor):
+            cursor = state.cursor
+    start, read = cursor, []
+    for _ in range(settings.LATE_MONEY_SCAN_PAGES):
+        page, last = stellar.transfers_page(address, cursor, limit=200)
+        if last == cursor:
+            break
+        read += page
+        cursor = last
+    return start, read, cursor
+
+
+def _scanned(key: str, cursor: str) -> None:
+    """Move the look's stored cursor forward to ``cursor`` (never back: a conditional
+    UPDATE, after an INSERT that does nothing if the row exists)."""
+    if not settings.LATE_MONEY_SCAN_CURSOR or not cursor:
+        return
+    ChainCursor.objects.get_or_create(account=key, defaults={"cursor": cursor})
+    with connection.cursor() as cur:
+        cur.execute("UPDATE stellar_cursors SET cursor = %s WHERE account = %s "
+                    "AND (cursor = '' OR cursor::numeric < %s::numeric)",
+                    [cursor, key, cursor])
 
 
 def _return_excess(saga: Saga, transfer: stellar.Transfer) -> str:

@@ -878,6 +878,49 @@ def test_a_second_payment_after_the_fill_was_booked_is_booked_and_returned_once(
                                 hub_chain)
 
 
+@pytest.mark.parametrize("scan_cursor", [True, False], ids=["cursor on", "cursor off"])
+def test_a_settled_remittances_look_for_excess_reads_only_what_is_new(
+        api, corridor_on_sandbox, partner_wallet, hub_chain, settings, monkeypatch,
+        scan_cursor):
+    """20-seed loaded campaign at ddb9ea8, seed 15: every sweep, each remittance settled
+    within LATE_MONEY_FUNDING_WINDOW_S (30 days) read the hub's whole payment history
+    since it started; the Horizon reads grew with sagas times history until the
+    sandbox's Horizon answered 504s and the customers' wallets could not be created
+    (and past 50 pages a saga's look was "unreadable" for ever). Now each look goes on
+    from where its last one stopped: a second look with nothing new reads no payment,
+    and a payment arriving later is still returned once. Cursor off: the second look
+    reads everything again."""
+    settings.LATE_MONEY_SCAN_CURSOR = scan_cursor
+    remittance = create(api)
+    partner_pays(corridor_on_sandbox, remittance)
+    ends(remittance["id"], S.COMPLETED)
+    read: list[int] = []
+    unpatched = stellar.transfers_page
+
+    def counted(account, cursor, *, limit):
+        page, last = unpatched(account, cursor, limit=limit)
+        read.append(len(page))
+        return page, last
+
+    monkeypatch.setattr(stellar, "transfers_page", counted)
+    from sagas import latemoney
+
+    assert latemoney.excess_check(saga_id=remittance["id"]) == "unchanged"
+    first_look = sum(read)
+    assert first_look >= 1  # the fill at least
+    read.clear()
+    assert latemoney.excess_check(saga_id=remittance["id"]) == "unchanged"
+    if not scan_cursor:  # the protection switched off: the same history read again
+        assert sum(read) >= first_look
+        return
+    assert sum(read) == 0
+    excess = partner_pays(corridor_on_sandbox, remittance)  # a later retry is still seen
+    wait_for(lambda: latemoney.excess_check(saga_id=remittance["id"]) == "returned",
+             timeout=20, what="the later payment returned")
+    assert_excess_returned_once(remittance["id"], excess, partner_wallet["account"],
+                                hub_chain)
+
+
 def test_two_payments_seen_together_book_the_first_and_return_the_second(
         api, corridor_on_sandbox, partner_wallet, hub_chain):
     """``bridge.fill`` seeing two matching payments at once stopped the saga for a

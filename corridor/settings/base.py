@@ -581,6 +581,13 @@ LATE_MONEY_BATCH = env.int("LATE_MONEY_BATCH", default=100)
 # ... and, for remittances that settled within the same window, returns any payment
 # under the reference beside the one booked as the fill (a partner who paid twice).
 LATE_MONEY_FUNDING_WINDOW_S = env.float("LATE_MONEY_FUNDING_WINDOW_S", default=30 * 86400.0)
+# Each settled remittance's look for payments beside its fill reads the hub's payments
+# from where its previous look stopped (a stellar_cursors row per saga), at most this
+# many Horizon pages (200 payments each) a run; the next run goes on from there.
+LATE_MONEY_SCAN_PAGES = env.int("LATE_MONEY_SCAN_PAGES", default=5)
+# Test-only switch (never from the environment): False reads from the saga's start
+# every run (the cost grew with the hub's history: stop 34's campaign, seed 15).
+LATE_MONEY_SCAN_CURSOR = True
 # ... and returns USDC that arrived at the hub under a memo no saga owns (a remittance
 # whose creation a failover lost after its 202): a payment is judged once Horizon's
 # history reaches this long past it (longer than a lost hub envelope can still land:
