@@ -291,7 +291,8 @@ def deposit_resume(transaction_id: str) -> str:
 submissions.register_resumer("deposit", deposit_resume)
 
 
-def payment_record(*, payment: dict, order: DepositOrder | None = None) -> str:
+def payment_record(*, payment: dict, order: DepositOrder | None = None,
+                   from_reconciler: bool = False) -> str:
     """Store a Razorpay payment entity as it was told (by a verified webhook or the
     order reconciler). Only a claim of a ``captured`` payment on one of our orders,
     with the order's exact paise and currency, is stored; one live row per payment id
@@ -305,14 +306,18 @@ def payment_record(*, payment: dict, order: DepositOrder | None = None) -> str:
     release after commit (``tasks.deposit_funds_received``). May run inside the
     caller's transaction (the webhook's dedupe row); makes no outbound call.
     ``order``: the ``DepositOrder`` of ``payment["order_id"]`` if the caller read it
-    already (its amount and currency never change), else it is read here."""
+    already (its amount and currency never change), else it is read here.
+    ``from_reconciler``: the order reconciler, which also records a payment Razorpay
+    shows ``refunded`` (read from Razorpay itself, never from a webhook): our refund
+    of it whose rows a failover lost is rebuilt once ``payment_confirm`` finds it."""
     order_id = payment.get("order_id") or ""
     if order is None or order.order_id != order_id:
         order = next(iter(DepositOrder.objects.filter(order_id=order_id)[:1]), None)
     if order is None:
         return "unknown_order"
     with bound_contextvars(transaction_id=order.transaction_id):
-        if payment.get("status") != "captured":
+        if payment.get("status") not in ("captured", "refunded") or (
+                payment["status"] == "refunded" and not from_reconciler):
             return "not_captured"
         amount = payment.get("amount")
         if not isinstance(amount, int) or isinstance(amount, bool) or \

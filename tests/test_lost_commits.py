@@ -260,16 +260,27 @@ def test_a_late_deposit_whose_order_was_lost_is_rebuilt_and_its_inr_refunded_onc
     assert refund.provider_status == "processed"
 
 
-@pytest.mark.parametrize("driven", [False, True])
+@pytest.mark.parametrize(("driven", "lost_from", "record_refunded"), [
+    (False, "payment recorded", True), (True, "payment recorded", True),
+    (False, "before the payment", True), (False, "before the payment", False)],
+    ids=["lost after the payment", "driven, lost after the payment",
+         "payment row lost too", "payment row lost too, refunded not recorded"])
 def test_a_late_deposits_refund_lost_after_razorpay_made_it_is_rebuilt_once(
-        clean_sandbox, settings, driven):
+        clean_sandbox, settings, driven, lost_from, record_refunded):
     """20-seed loaded chaos at 5b283ee, seeds 3 and 15 (issue 25): a deposit AP had
     expired was paid anyway; Corridor refunded the INR (Razorpay made the refund, and
     (``driven``) the drive went on to its end: AP cannot record a refund on an expired
     deposit, a person does); the failover then lost the refund row and the payment's
     confirmation. Razorpay now showed the payment ``refunded``, so the order reconciler
     rejected it, and nothing rebuilt the refund: ``refund None, 1 made`` after the
-    settle, the INR that went back never booked."""
+    settle, the INR that went back never booked.
+
+    At 6756f1d, seed 8: the failover lost the payment row and the order's paid mark too
+    (``lost_from`` before the payment). The order reconciler recorded only ``captured``
+    payments and Razorpay showed this one ``refunded``: never recorded, so its refund
+    was never rebuilt. It now records a refunded payment as well (then rejected, or, as
+    here, our refund found and rebuilt). Refunded not recorded: ``refund None``."""
+    settings.DEPOSIT_REFUNDED_PAYMENT_RECORD = record_refunded
     # given a late deposit: AP expired it, then the customer paid
     wallet = Wallet(clean_sandbox)
     purge_broker()
@@ -278,11 +289,14 @@ def test_a_late_deposits_refund_lost_after_razorpay_made_it_is_rebuilt_once(
     order_id = customer.submit_amount(url, "1000")
     platform.rpc("notify_transaction_expired", {"transaction_id": transaction_id,
                                                 "message": "no payment in time"})
+    if lost_from == "before the payment":
+        before = rewind.mark()
     customer.pay(order_id)
     wait_for(lambda: DepositPayment.objects.filter(transaction_id=transaction_id).exists(),
              what="payment webhook recorded")
     purge_broker()
-    before = rewind.mark()
+    if lost_from == "payment recorded":
+        before = rewind.mark()
 
     # and its INR refunded at Razorpay
     with pytest.raises(platform.RpcError):
@@ -298,6 +312,13 @@ def test_a_late_deposits_refund_lost_after_razorpay_made_it_is_rebuilt_once(
     assert lost["deposit_refunds"] == 1
     purge_broker()
 
+    if lost_from == "before the payment":
+        assert lost["deposit_payments"] == 1
+    if not record_refunded:  # the protection switched off: the refund is never rebuilt
+        for _ in range(3):
+            assert _deposit_refund_after_beat(settings, transaction_id) is None
+        assert not DepositPayment.objects.filter(transaction_id=transaction_id).exists()
+        return
     # then what beat runs rebuilds the refund from Razorpay, once, and books it
     row = wait_for(lambda: _deposit_refund_after_beat(settings, transaction_id),
                    timeout=30, what="the refund rebuilt", explain=lambda: (

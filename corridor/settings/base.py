@@ -588,6 +588,9 @@ LATE_MONEY_SCAN_PAGES = env.int("LATE_MONEY_SCAN_PAGES", default=5)
 # Test-only switch (never from the environment): False reads from the saga's start
 # every run (the cost grew with the hub's history: stop 34's campaign, seed 15).
 LATE_MONEY_SCAN_CURSOR = True
+# Test-only switch (never from the environment): False makes the order reconciler skip
+# payments Razorpay shows refunded (anchor/reconciler.py), as it did before stop 34.
+DEPOSIT_REFUNDED_PAYMENT_RECORD = True
 # ... and returns USDC that arrived at the hub under a memo no saga owns (a remittance
 # whose creation a failover lost after its 202): a payment is judged once Horizon's
 # history reaches this long past it (longer than a lost hub envelope can still land:
