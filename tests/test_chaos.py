@@ -27,10 +27,10 @@ SEEDS = 3  # issue 25 §3: CI runs three fixed seeds with one burner
 
 @pytest.mark.timeout(1500)  # three seeds and a burner on CI's 2 cores: 716 s at stop 33
 @pytest.mark.xfail(strict=False, reason=(
-    "issue 25 open: the 20-seed loaded campaign has not printed violations=0 yet (stop 33, "
-    "at 3c81d47: seeds 1-4 clean; seed 5 a release stopped for a person on an envelope "
-    "Horizon could not place in time; seed 6 a lost partner refund followed by funding the "
-    "anchor, since fixed). Strict again once it prints violations=0"))
+    "issue 25 open: the 20-seed loaded campaign has not printed violations=0 yet (stop 34: "
+    "at ddb9ea8 seeds 1-14 clean, seed 15 the sandbox's Horizon saturated by the late-money "
+    "look, since fixed; at 6756f1d seed 8 a lost refunded payment never recorded, since "
+    "fixed). Strict again once it prints violations=0"))
 def test_fixed_seeds_on_a_loaded_machine_find_no_violation():
     out, found = campaign("--seeds", str(SEEDS), "--seed", "7", "--cpu-burners", "1",
                           timeout=1200)
